@@ -1,0 +1,140 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkLockUnlock is the uncontended cost of one Lock plus Unlock.
+func BenchmarkLockUnlock(b *testing.B) {
+	ctx := context.Background()
+	c := newClient(b, nil)
+	m := mustMutex(b, c, lockName(b))
+	cmds := commandCount(b, c.rdb)
+	b.ResetTimer()
+	for b.Loop() {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(l); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(commandCount(b, c.rdb)-cmds)/float64(b.N), "cmds/op")
+}
+
+// BenchmarkHandoff: 16 goroutines share one hot lock, each holding it for
+// a short critical section (100 µs) and doing other work (1 ms) between
+// acquisitions. It reports the handoff latency (from the holder's Unlock
+// call to the next holder's acquisition), the wait per acquisition, and
+// Redis commands per acquisition.
+func BenchmarkHandoff(b *testing.B) {
+	for _, clients := range []int{1, 2} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			benchHandoff(b, clients, 16)
+		})
+	}
+}
+
+func benchHandoff(b *testing.B, clients, workers int) {
+	const critical, outside = 100 * time.Microsecond, time.Millisecond
+	name := lockName(b)
+	ms := make([]*Mutex, clients)
+	for i := range ms {
+		ms[i] = mustMutex(b, newClient(b, nil), name)
+	}
+	rdb := newRedis(b)
+	cmds := commandCount(b, rdb)
+	var (
+		mu       sync.Mutex
+		handoffs []time.Duration
+		waits    []time.Duration
+		released time.Time // set by the holder just before Unlock
+		left     atomic.Int64
+	)
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func(m *Mutex) {
+			defer wg.Done()
+			ctx := context.Background()
+			for left.Add(-1) >= 0 {
+				start := time.Now()
+				l, err := m.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				got := time.Now()
+				mu.Lock()
+				waits = append(waits, got.Sub(start))
+				if !released.IsZero() && released.After(start) {
+					handoffs = append(handoffs, got.Sub(released)) // we waited for that unlock
+				}
+				mu.Unlock()
+				time.Sleep(critical)
+				mu.Lock()
+				released = time.Now()
+				mu.Unlock()
+				if err := m.Unlock(l); err != nil {
+					b.Error(err)
+					return
+				}
+				time.Sleep(outside)
+			}
+		}(ms[w%clients])
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(commandCount(b, rdb)-cmds)/float64(b.N), "cmds/acq")
+	report(b, "handoff", handoffs)
+	report(b, "wait", waits)
+}
+
+// report adds p50 and p99 of ds, in microseconds, to the benchmark output.
+func report(b *testing.B, what string, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), what+"-p50-µs")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds()), what+"-p99-µs")
+}
+
+// clientCommands are the commands dlock sends. INFO commandstats also
+// counts the commands a script calls, which are not round trips.
+var clientCommands = []string{"evalsha", "eval", "subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping"}
+
+// commandCount returns how many commands clients have sent the server
+// (INFO commandstats, the commands in clientCommands).
+func commandCount(b testing.TB, rdb redis.UniversalClient) int64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		cmd, _, _ := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !strings.HasPrefix(line, "cmdstat_") || !slices.Contains(clientCommands, cmd) {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "calls=")
+		n, _, _ := strings.Cut(rest, ",")
+		v, _ := strconv.ParseInt(n, 10, 64)
+		total += v
+	}
+	return total
+}

@@ -1,0 +1,130 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/internal/watchdog"
+	"github.com/redis/go-redis/v9"
+)
+
+// Client creates locks on one Redis deployment and owns what they share:
+// the client id that owner names start with, one pub/sub connection for
+// every waiter, and one watchdog for every held lock. Create one per
+// process and Close it at shutdown. A Client is safe for concurrent use.
+type Client struct {
+	rdb redis.UniversalClient
+	id  string
+	cfg config
+
+	// cluster is set for a *redis.ClusterClient: renewals are grouped by slot.
+	cluster bool
+	// publish is the command lock scripts publish unlock messages with.
+	publish string
+
+	owners   atomic.Uint64
+	requests atomic.Uint64
+
+	hub      *pubsub.Hub
+	watchdog *watchdog.Watchdog[*hold]
+
+	mu     sync.Mutex
+	holds  map[holdKey]*hold
+	closed bool
+}
+
+// New returns a Client that uses rdb, the go-redis client the application
+// already has: a *redis.Client, *redis.ClusterClient or a failover (Sentinel)
+// client. dlock does not close rdb.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	id, err := newUUID()
+	if err != nil {
+		return nil, fmt.Errorf("dlock: client id: %w", err)
+	}
+	c := &Client{
+		rdb:     rdb,
+		id:      id,
+		cfg:     cfg,
+		publish: "publish",
+		cluster: isCluster(rdb),
+		holds:   map[holdKey]*hold{},
+	}
+	c.hub = pubsub.New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
+	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, c.renewGroup, c.renew, func(err error) {
+		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
+	})
+	return c, nil
+}
+
+// ID returns the Client's random 128-bit id in UUID form. Owner names are
+// "<id>:<n>", the shape of Redisson's "<uuid>:<threadId>".
+func (c *Client) ID() string { return c.id }
+
+// Close stops the watchdog and the pub/sub connection. Locks still held are
+// not released: they expire when their lease runs out, and their lock
+// contexts are cancelled with cause ErrClosed. Waiting Lock calls return
+// ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	holds := c.holds
+	c.holds = map[holdKey]*hold{}
+	c.mu.Unlock()
+
+	c.watchdog.Close()
+	for _, h := range holds {
+		h.end(ErrClosed)
+	}
+	return c.hub.Close()
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// newOwner returns an owner name no other acquisition anywhere uses.
+func (c *Client) newOwner() string {
+	return c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
+}
+
+// newRequest returns an id for one acquire or release request.
+func (c *Client) newRequest() string {
+	return c.id + ":" + strconv.FormatUint(c.requests.Add(1), 36)
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+func isCluster(rdb redis.UniversalClient) bool {
+	_, ok := rdb.(*redis.ClusterClient)
+	return ok
+}

@@ -1,0 +1,49 @@
+// Package dlock provides distributed locks on Redis with Redisson's design
+// and data layout: reentrant locks whose lease a watchdog renews while the
+// holder lives, waiters woken by pub/sub rather than polling, and fencing
+// tokens. A Go service using dlock and a Java service using Redisson
+// exclude each other on the same lock name.
+//
+// # Use
+//
+// Create one Client per process on the go-redis client you already have,
+// then a handle per lock name:
+//
+//	locks, err := dlock.New(rdb)
+//	m, err := locks.NewMutex("billing:account:42")
+//	lockCtx, err := m.Lock(ctx) // a ctx deadline bounds the wait
+//	if err != nil { ... }
+//	defer m.Unlock(lockCtx)
+//	doWork(lockCtx) // lockCtx is cancelled if the lock is lost
+//
+// # Ownership
+//
+// Go has no thread id, so ownership travels in the lock context that Lock
+// returns. Pass it down the call chain: a Lock with it, or with a context
+// derived from it, re-enters the lock and increments the hold count, like a
+// Java thread taking an RLock again. Two goroutines that share a handle but
+// not the lock context are two owners and exclude each other. Each
+// successful Lock returns its own context; Unlock with it ends that context
+// with cause ErrUnlocked, and the lock is free when every hold is released.
+//
+// # Leases and the watchdog
+//
+// A lock taken without WithLease has a lease of the Client's watchdog
+// timeout (30 s by default), renewed by the Client's watchdog every third
+// of it, in batches, while the lock is held. WithLease gives a fixed lease
+// and no renewal. Either way the lock context is cancelled with cause
+// ErrLockLost (see context.Cause) when the lock is gone: deleted, expired,
+// taken over, or not renewed before its lease ran out on the local
+// monotonic clock. Work done under a lock should watch that context.
+//
+// # What a lease lock can promise
+//
+// A lease lock gives mutual exclusion only while every holder finishes its
+// critical section within its lease, as measured by Redis. A holder that
+// pauses (GC, SIGSTOP, a slow disk) past its lease, a Redis failover that
+// loses an unreplicated write, or a clock step on the Redis server can let
+// two holders in at once. dlock narrows these windows (the watchdog, the
+// lost-lock context) but cannot close them; a resource that must never see
+// two writers should check a fencing token (WithFencing, Token) and reject
+// tokens lower than the highest it has seen.
+package dlock

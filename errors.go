@@ -1,0 +1,40 @@
+package dlock
+
+import "errors"
+
+// Sentinel errors. Match them with errors.Is: the errors dlock returns wrap
+// them with the lock's name and, where there is one, the Redis error or the
+// context's error.
+var (
+	// ErrNotObtained is returned when a lock could not be taken: TryLock found
+	// it held, or Lock's context ended first (the error then also wraps
+	// ctx.Err()).
+	ErrNotObtained = errors.New("dlock: lock not obtained")
+
+	// ErrNotHeld is returned by Unlock when the owner in the context does
+	// not hold the lock: it was never taken, already released, expired, or
+	// taken from it.
+	ErrNotHeld = errors.New("dlock: lock not held by this owner")
+
+	// ErrLockLost is the cause (see context.Cause) with which a lock context
+	// is cancelled when the lock is gone while its holder still believed it
+	// held it: the key was deleted, the lease ran out, or the watchdog could
+	// not renew it in time.
+	ErrLockLost = errors.New("dlock: lock lost")
+
+	// ErrUnlocked is the cause with which a lock context is cancelled when
+	// its hold is released by Unlock.
+	ErrUnlocked = errors.New("dlock: unlocked")
+
+	// ErrClosed is returned by every call on a closed Client, and is the
+	// cause with which Close cancels the lock contexts it still has.
+	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrInvalidName is returned for an empty, too long or cluster-unsafe
+	// lock name.
+	ErrInvalidName = errors.New("dlock: invalid lock name")
+
+	// ErrInvalidOption is returned for an option value out of range, such
+	// as a lease that is not positive.
+	ErrInvalidOption = errors.New("dlock: invalid option")
+)

@@ -1,0 +1,518 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestMutualExclusion: 8 goroutines on each of 2 Clients increment a Redis
+// counter with a non-atomic GET then SET under the lock. Any overlap of two
+// holders loses an increment.
+func TestMutualExclusion(t *testing.T) {
+	name := lockName(t)
+	rdb := newRedis(t)
+	counter := name + ":counter"
+	const clients, workers, total = 2, 8, 2000
+	var wg sync.WaitGroup
+	var inside, overlaps atomic.Int32
+	for range clients {
+		m := mustMutex(t, newClient(t, nil), name)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := context.Background()
+				for range total / (clients * workers) {
+					lctx, err := m.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					n, _ := rdb.Get(ctx, counter).Int()
+					rdb.Set(ctx, counter, n+1, 0)
+					inside.Add(-1)
+					if err := m.Unlock(lctx); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if n, _ := rdb.Get(context.Background(), counter).Int(); n != total {
+		t.Errorf("counter = %d, want %d", n, total)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d overlapping holds seen", overlaps.Load())
+	}
+}
+
+func TestReentrancy(t *testing.T) {
+	ctx := context.Background()
+	m := mustMutex(t, newClient(t, nil), lockName(t))
+	l1 := mustLock(t, ctx, m)
+	l2 := mustLock(t, l1, m)
+	l3 := mustLock(t, context.WithValue(l2, struct{}{}, 1), m) // derived contexts re-enter too
+	for want, l := range []context.Context{l1, l2, l3} {
+		_ = want
+		if n, err := m.HoldCount(l); err != nil || n != 3 {
+			t.Fatalf("HoldCount = %d, %v; want 3", n, err)
+		}
+	}
+	if n, _ := m.HoldCount(ctx); n != 0 {
+		t.Errorf("HoldCount without owner = %d, want 0", n)
+	}
+	for i, l := range []context.Context{l3, l2} {
+		if err := m.Unlock(l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Err() == nil || !errors.Is(context.Cause(l), ErrUnlocked) {
+			t.Errorf("lock context %d not ended with ErrUnlocked: %v", i, context.Cause(l))
+		}
+		if locked, _ := m.IsLocked(ctx); !locked {
+			t.Fatal("lock freed before the last Unlock")
+		}
+	}
+	if l1.Err() != nil {
+		t.Fatal("outer lock context ended before its Unlock")
+	}
+	if n, _ := m.HoldCount(l1); n != 1 {
+		t.Errorf("HoldCount = %d, want 1", n)
+	}
+	if err := m.Unlock(l1); err != nil {
+		t.Fatal(err)
+	}
+	if locked, _ := m.IsLocked(ctx); locked {
+		t.Error("still locked after the last Unlock")
+	}
+	if err := m.Unlock(l1); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("extra Unlock: %v, want ErrNotHeld", err)
+	}
+	if n := m.c.watchdog.Len(); n != 0 {
+		t.Errorf("watchdog still renews %d locks", n)
+	}
+}
+
+// TestSharedHandleExcludes: goroutines sharing one Mutex but not its lock
+// context are different owners, as with a sync.Mutex field.
+func TestSharedHandleExcludes(t *testing.T) {
+	ctx := context.Background()
+	m := mustMutex(t, newClient(t, nil), lockName(t))
+	held := mustLock(t, ctx, m)
+	errc := make(chan error, 2)
+	go func() {
+		_, err := m.TryLock(ctx)
+		errc <- err
+	}()
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := m.Lock(wctx)
+		errc <- err
+	}()
+	for range 2 {
+		if err := <-errc; !errors.Is(err, ErrNotObtained) {
+			t.Errorf("second goroutine: %v, want ErrNotObtained", err)
+		}
+	}
+	if err := m.Unlock(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock without the lock context: %v, want ErrNotHeld", err)
+	}
+	other := mustMutex(t, newClient(t, nil), m.Name())
+	if err := other.Unlock(held); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock through another Client: %v, want ErrNotHeld", err)
+	}
+	if err := m.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLeaseExpiry(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	m := mustMutex(t, newClient(t, nil), name, WithLease(200*time.Millisecond))
+	start := time.Now()
+	l := mustLock(t, ctx, m)
+	if ttl, _ := m.TTL(ctx); ttl <= 0 || ttl > 200*time.Millisecond {
+		t.Errorf("TTL = %v, want (0, 200ms]", ttl)
+	}
+	<-l.Done()
+	if !errors.Is(context.Cause(l), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("lock context ended after %v, before the lease", d)
+	}
+	other := mustMutex(t, newClient(t, nil), name)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	o := mustLock(t, wctx, other)
+	if err := other.Unlock(o); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(l); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock after expiry: %v, want ErrNotHeld", err)
+	}
+	if m.c.watchdog.Len() != 0 {
+		t.Error("a fixed-lease lock was given to the watchdog")
+	}
+}
+
+func TestWatchdogKeepsLock(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 300 * time.Millisecond
+	c := newClient(t, nil, WithWatchdogTimeout(timeout))
+	m := mustMutex(t, c, lockName(t))
+	l := mustLock(t, ctx, m)
+	deadline := time.Now().Add(4 * timeout)
+	for time.Now().Before(deadline) {
+		if l.Err() != nil {
+			t.Fatalf("lock context ended: %v", context.Cause(l))
+		}
+		if locked, _ := m.IsLocked(ctx); !locked {
+			t.Fatal("lock expired while the watchdog should renew it")
+		}
+		time.Sleep(timeout / 10)
+	}
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	if c.watchdog.Len() != 0 {
+		t.Error("watchdog still has the lock after Unlock")
+	}
+}
+
+// TestRenewalStopsAtUnlock is Redisson #7272: renewal must not outlive the
+// final unlock, even when the same owner takes the lock again right after
+// with a fixed lease. If a stale renewal entry survived, the watchdog would
+// keep extending the fixed lease and the key would never expire.
+func TestRenewalStopsAtUnlock(t *testing.T) {
+	ctx := context.Background()
+	const timeout = 90 * time.Millisecond // renewal every 30 ms
+	c := newClient(t, nil, WithWatchdogTimeout(timeout))
+	name := lockName(t)
+	renewed := mustMutex(t, c, name)
+	leased := mustMutex(t, c, name, WithLease(60*time.Millisecond))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := mustMutex(t, c, fmt.Sprintf("%s:%d", name, i))
+			l2 := mustMutex(t, c, m.Name(), WithLease(60*time.Millisecond))
+			for range 20 {
+				l := mustLock(t, ctx, m)
+				if err := m.Unlock(l); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := l2.Lock(context.WithoutCancel(l)); err != nil { // same owner, fixed lease
+					t.Error(err)
+					return
+				}
+				eventually(t, 2*time.Second, func() error {
+					if n, _ := c.rdb.Exists(ctx, m.Name()).Result(); n != 0 {
+						return errors.New("fixed lease extended by a stale renewal")
+					}
+					return nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	l := mustLock(t, ctx, renewed)
+	if err := renewed.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leased.Lock(context.WithoutCancel(l)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, func() error {
+		if n := c.watchdog.Len(); n != 0 {
+			return fmt.Errorf("watchdog still has %d locks", n)
+		}
+		return nil
+	})
+}
+
+func TestLostWhenDeleted(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond))
+	m := mustMutex(t, c, lockName(t))
+	l := mustLock(t, ctx, m)
+	child, cancel := context.WithCancel(l)
+	defer cancel()
+	if err := c.rdb.Del(ctx, m.Name()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-child.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("holder not told that its lock was deleted")
+	}
+	for _, x := range []context.Context{l, child} {
+		if !errors.Is(context.Cause(x), ErrLockLost) {
+			t.Errorf("cause = %v, want ErrLockLost", context.Cause(x))
+		}
+	}
+	if err := m.Unlock(l); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock of a lost lock: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestWaiterWokenByUnlock: a waiter is woken by the unlock message, not by
+// the holder's 30 s lease running out.
+func TestWaiterWokenByUnlock(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	holder := mustMutex(t, newClient(t, nil), name)
+	wc := newClient(t, nil)
+	waiter := mustMutex(t, wc, name)
+	for range 5 {
+		l := mustLock(t, ctx, holder)
+		got := make(chan time.Time, 1)
+		go func() {
+			wl := mustLock(t, ctx, waiter)
+			got <- time.Now()
+			_ = waiter.Unlock(wl)
+		}()
+		waitForWaiter(t, wc, name)
+		unlocked := time.Now()
+		if err := holder.Unlock(l); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case at := <-got:
+			d := at.Sub(unlocked)
+			t.Logf("handoff after %v", d)
+			if d > time.Second {
+				t.Errorf("waiter acquired %v after the unlock", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("waiter not woken by the unlock")
+		}
+	}
+}
+
+// waitForWaiter waits until some goroutine of c waits on the named lock
+// with a confirmed subscription.
+func waitForWaiter(t testing.TB, c *Client, name string) {
+	t.Helper()
+	ch := prefixName(channelPrefix, name)
+	eventually(t, 5*time.Second, func() error {
+		if c.hub.Waiters(ch) == 0 {
+			return errors.New("no waiter yet")
+		}
+		n, err := c.rdb.PubSubNumSub(context.Background(), ch).Result()
+		if err != nil || n[ch] == 0 {
+			return fmt.Errorf("not subscribed yet (%v)", err)
+		}
+		return nil
+	})
+}
+
+// TestWaiterSurvivesPubSubKill: the waiter's subscription connection is
+// killed before the unlock; it must still acquire well before the 30 s lease
+// of the holder would run out.
+func TestWaiterSurvivesPubSubKill(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	holder := mustMutex(t, newClient(t, nil), name)
+	wc := newClient(t, nil)
+	waiter := mustMutex(t, wc, name)
+	l := mustLock(t, ctx, holder)
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx)
+		if err == nil {
+			err = waiter.Unlock(wl)
+		}
+		got <- err
+	}()
+	waitForWaiter(t, wc, name)
+	if err := wc.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter did not acquire after its pub/sub connection was killed")
+	}
+}
+
+func TestCancelWhileWaiting(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	holder := mustMutex(t, newClient(t, nil), name)
+	wc := newClient(t, nil)
+	waiter := mustMutex(t, wc, name)
+	l := mustLock(t, ctx, holder)
+	defer holder.Unlock(l)
+	wctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Lock(wctx)
+		got <- err
+	}()
+	waitForWaiter(t, wc, name)
+	cancel()
+	cancelled := time.Now()
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotObtained) {
+			t.Errorf("err = %v, want ErrNotObtained wrapping context.Canceled", err)
+		}
+		if d := time.Since(cancelled); d > 500*time.Millisecond {
+			t.Errorf("returned %v after cancel", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lock did not return after its context was cancelled")
+	}
+	tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer tcancel()
+	if _, err := waiter.Lock(tctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, nil)
+	m := mustMutex(t, c, lockName(t), WithFencing())
+	for range 3 {
+		l := mustLock(t, ctx, m)
+		if err := c.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		l2 := mustLock(t, l, m)
+		if err := c.rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Unlock(l2); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Unlock(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFencingTokens(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	a := mustMutex(t, newClient(t, nil), name, WithFencing())
+	b := mustMutex(t, newClient(t, nil), name, WithFencing())
+	plain := mustMutex(t, newClient(t, nil), name)
+	var last int64
+	next := func(l context.Context) {
+		t.Helper()
+		tok, ok := Token(l)
+		if !ok || tok <= last {
+			t.Fatalf("token %d (ok %v) after %d: not strictly increasing", tok, ok, last)
+		}
+		last = tok
+	}
+	for range 3 {
+		la := mustLock(t, ctx, a)
+		next(la)
+		la2 := mustLock(t, la, a) // reentrant acquisitions take a token too
+		next(la2)
+		_ = a.Unlock(la2)
+		_ = a.Unlock(la)
+		lb := mustLock(t, ctx, b)
+		next(lb)
+		_ = b.Unlock(lb)
+	}
+	lp := mustLock(t, ctx, plain)
+	if _, ok := Token(lp); ok {
+		t.Error("an unfenced lock context has a token")
+	}
+	_ = plain.Unlock(lp)
+	if v, _ := a.c.rdb.Get(ctx, "redisson_lock_token:{"+name+"}").Int64(); v != last {
+		t.Errorf("token key = %d, want %d", v, last)
+	}
+}
+
+func TestForceUnlockWakesWaiter(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	hc := newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond))
+	holder := mustMutex(t, hc, name)
+	wc := newClient(t, nil)
+	waiter := mustMutex(t, wc, name)
+	l := mustLock(t, ctx, holder)
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx)
+		if err == nil {
+			err = waiter.Unlock(wl)
+		}
+		got <- err
+	}()
+	waitForWaiter(t, wc, name)
+	if ok, err := waiter.ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done() // the watchdog tells the old holder
+	if !errors.Is(context.Cause(l), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
+	}
+	if ok, _ := waiter.ForceUnlock(ctx); ok {
+		t.Error("ForceUnlock of a free lock reported a deletion")
+	}
+}
+
+func TestClose(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	holder := mustMutex(t, newClient(t, nil), name)
+	c := newClient(t, nil)
+	m := mustMutex(t, c, name)
+	other := mustMutex(t, c, name+":other")
+	l := mustLock(t, ctx, holder)
+	defer holder.Unlock(l)
+	ol := mustLock(t, ctx, other)
+	got := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(ctx)
+		got <- err
+	}()
+	waitForWaiter(t, c, name)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, ErrClosed) {
+		t.Errorf("waiting Lock: %v, want ErrClosed", err)
+	}
+	if !errors.Is(context.Cause(ol), ErrClosed) {
+		t.Errorf("held lock context: %v, want ErrClosed", context.Cause(ol))
+	}
+	if _, err := m.Lock(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Lock after Close: %v", err)
+	}
+	if _, err := c.NewMutex("x"); !errors.Is(err, ErrClosed) {
+		t.Errorf("NewMutex after Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	c.rdb.Del(ctx, other.Name())
+}

@@ -1,0 +1,124 @@
+package dlock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults, as in Redisson.
+const (
+	// DefaultWatchdogTimeout is the lease of a lock taken without WithLease.
+	// The watchdog renews such locks every third of it while they are held.
+	DefaultWatchdogTimeout = 30 * time.Second
+
+	// DefaultRenewalBatchSize is how many locks one renewal script call
+	// renews at most.
+	DefaultRenewalBatchSize = 100
+
+	// DefaultLatchTTL is how long Redis remembers the outcome of one
+	// acquire or release request, so that a command re-sent by the Redis
+	// client after a lost reply is not applied twice.
+	DefaultLatchTTL = 20 * time.Second
+
+	// MaxLease is the longest lease dlock accepts.
+	MaxLease = 30 * 24 * time.Hour
+)
+
+// minWatchdogTimeout keeps the renewal interval above a few milliseconds.
+const minWatchdogTimeout = 30 * time.Millisecond
+
+// Option configures a Client.
+type Option func(*config)
+
+type config struct {
+	watchdogTimeout time.Duration
+	batchSize       int
+	latchTTL        time.Duration
+	logger          *slog.Logger
+}
+
+func defaultConfig() config {
+	return config{
+		watchdogTimeout: DefaultWatchdogTimeout,
+		batchSize:       DefaultRenewalBatchSize,
+		latchTTL:        DefaultLatchTTL,
+		logger:          slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c config) validate() error {
+	switch {
+	case c.watchdogTimeout < minWatchdogTimeout || c.watchdogTimeout > MaxLease:
+		return fmt.Errorf("%w: watchdog timeout %v is outside [%v, %v]", ErrInvalidOption, c.watchdogTimeout, minWatchdogTimeout, MaxLease)
+	case c.batchSize < 1 || c.batchSize > 10000:
+		return fmt.Errorf("%w: renewal batch size %d is outside [1, 10000]", ErrInvalidOption, c.batchSize)
+	case c.latchTTL < time.Millisecond || c.latchTTL > time.Hour:
+		return fmt.Errorf("%w: latch TTL %v is outside [1ms, 1h]", ErrInvalidOption, c.latchTTL)
+	case c.logger == nil:
+		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+	}
+	return nil
+}
+
+// WithWatchdogTimeout sets the lease of locks taken without WithLease; the
+// watchdog renews them every third of it. The default is
+// DefaultWatchdogTimeout (30 s).
+func WithWatchdogTimeout(d time.Duration) Option {
+	return func(c *config) { c.watchdogTimeout = d }
+}
+
+// WithRenewalBatchSize sets how many locks one renewal script call renews
+// at most. The default is DefaultRenewalBatchSize (100).
+func WithRenewalBatchSize(n int) Option {
+	return func(c *config) { c.batchSize = n }
+}
+
+// WithLatchTTL sets how long Redis remembers the outcome of one acquire or
+// release request. It must outlast the Redis client's own retries of one
+// command (go-redis: MaxRetries × (ReadTimeout + backoff)). The default is
+// DefaultLatchTTL (20 s).
+func WithLatchTTL(d time.Duration) Option {
+	return func(c *config) { c.latchTTL = d }
+}
+
+// WithLogger sets where the Client logs renewal failures and lost locks.
+// The default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// LockOption configures one lock handle.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	lease    time.Duration // used when hasLease; otherwise the watchdog renews
+	hasLease bool
+	fenced   bool
+}
+
+func (c lockConfig) validate() error {
+	if c.hasLease && (c.lease < time.Millisecond || c.lease > MaxLease) {
+		return fmt.Errorf("%w: lease %v is outside [1ms, %v]", ErrInvalidOption, c.lease, MaxLease)
+	}
+	return nil
+}
+
+// WithLease gives every acquisition through the handle a fixed lease: the
+// lock expires after d unless released first, and no watchdog renews it.
+// Without it, the lease is the Client's watchdog timeout and the watchdog
+// renews the lock while it is held. The lock context is cancelled with
+// ErrLockLost when the lease runs out.
+func WithLease(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.lease, c.hasLease = d, true }
+}
+
+// WithFencing makes every acquisition through the handle, reentrant ones
+// included, take a fencing token: a number that strictly increases per lock
+// name (Redisson's FencedLock counter, key redisson_lock_token:{name}).
+// Read it with Token. A resource that remembers the highest token it has
+// seen and rejects lower ones is safe against a holder that paused past its
+// lease.
+func WithFencing() LockOption {
+	return func(c *lockConfig) { c.fenced = true }
+}
