@@ -128,3 +128,11 @@ func isCluster(rdb redis.UniversalClient) bool {
 	_, ok := rdb.(*redis.ClusterClient)
 	return ok
 }
+
+// eval runs a lock script that changes a lock's state (acquire, release,
+// force release) by EVALSHA, falling back to EVAL on NOSCRIPT. Every kind
+// sends its writes through here, so what must follow each write (such as
+// waiting for replicas) is done in one place.
+func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return s.Run(ctx, c.rdb, keys, args...)
+}

@@ -53,7 +53,7 @@ func (k *mutexKind) channel(string) string     { return k.channelName }
 
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	keys := []string{k.name, k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
-	res, err := scripts.LockAcquire.Run(ctx, k.c.rdb, keys,
+	res, err := k.c.eval(ctx, scripts.LockAcquire, keys,
 		millis(r.lease), r.owner, boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
 	if err != nil {
 		return attemptResult{}, err
@@ -63,7 +63,7 @@ func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, erro
 
 func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, error) {
 	keys := []string{k.name, k.channelName, prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
-	n, err := scripts.LockRelease.Run(ctx, k.c.rdb, keys,
+	n, err := k.c.eval(ctx, scripts.LockRelease, keys,
 		unlockMessage, millis(r.lease), r.owner, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
 	if err != nil {
 		return 0, err
@@ -74,7 +74,7 @@ func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, erro
 func (k *mutexKind) abandon(context.Context, request) error { return nil }
 
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {
-	n, err := scripts.ForceRelease.Run(ctx, k.c.rdb, []string{k.name, k.channelName}, unlockMessage, k.c.publish).Int64()
+	n, err := k.c.eval(ctx, scripts.ForceRelease, []string{k.name, k.channelName}, unlockMessage, k.c.publish).Int64()
 	return n == 1, err
 }
 
