@@ -30,6 +30,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var w *pubsub.Waiter
+	var last error // why the latest attempt failed, when the kind says
 	defer func() {
 		if w != nil {
 			w.Close(false)
@@ -41,7 +42,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 		res, err := h.kind.attempt(ctx, req)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return nil, h.gaveUp(ctx, req)
+			return nil, h.gaveUp(ctx, req, last)
 		case err != nil:
 			h.abandon(ctx, req)
 			return nil, fmt.Errorf("dlock: lock %q: %w", h.name, err)
@@ -52,34 +53,37 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 			}
 			return c.register(ctx, h, owner, res.token, start), nil
 		case try:
-			return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, h.name)
+			return nil, notObtained(h.name, res.reason)
 		}
+		last = res.reason
 
 		wait := res.ttl
 		if res.ttl < 0 {
 			wait = pollNoExpiry
 		}
 		timer.Reset(wait)
-		var wake <-chan struct{}
-		if w == nil {
+		var wake <-chan struct{} // nil: only the timer wakes a kind without a channel
+		switch ch := h.kind.channel(owner); {
+		case ch == "":
+		case w == nil:
 			// Subscribe, then try again before sleeping: the unlock may
 			// have been published before the subscription was confirmed.
-			if w, err = c.hub.Subscribe(ctx, h.kind.channel(owner)); err != nil {
+			if w, err = c.hub.Subscribe(ctx, ch); err != nil {
 				if ctx.Err() != nil {
-					return nil, h.gaveUp(ctx, req)
+					return nil, h.gaveUp(ctx, req, last)
 				}
 				h.abandon(ctx, req)
 				return nil, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
 			}
 			wake = w.Ready()
-		} else {
+		default:
 			wake = w.Wake()
 		}
 		select {
 		case <-wake:
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, h.gaveUp(ctx, req)
+			return nil, h.gaveUp(ctx, req, last)
 		}
 		if c.isClosed() {
 			return nil, ErrClosed
@@ -87,9 +91,22 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 	}
 }
 
-// gaveUp is the error for a wait that ctx ended.
-func (h *handle) gaveUp(ctx context.Context, req request) error {
+// notObtained is the error for an attempt that found the lock held; reason
+// is the kind's detail, if any.
+func notObtained(name string, reason error) error {
+	if reason != nil {
+		return fmt.Errorf("%w: %q: %w", ErrNotObtained, name, reason)
+	}
+	return fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, name)
+}
+
+// gaveUp is the error for a wait that ctx ended; last is why the latest
+// attempt failed, if the kind said.
+func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
 	h.abandon(ctx, req)
+	if last != nil {
+		return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotObtained, h.name, ctx.Err(), last)
+	}
 	return fmt.Errorf("%w: %q: %w", ErrNotObtained, h.name, ctx.Err())
 }
 

@@ -20,7 +20,8 @@ type hold struct {
 	kind     kind
 	owner    string
 	lease    time.Duration
-	watchdog bool // renewed by the watchdog, rather than a fixed lease
+	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(kind, lease)
+	watchdog bool          // renewed by the watchdog, rather than a fixed lease
 	acqs     []*acquisition
 	expiry   *time.Timer // fires when the lease has run out on the local clock
 }
@@ -77,8 +78,8 @@ func (c *Client) register(ctx context.Context, h *handle, owner string, token in
 	k := holdKey{h.kind.key(), h.kind.field(owner)}
 	hd := c.holds[k]
 	if hd == nil {
-		hd = &hold{c: c, kind: h.kind, owner: owner, lease: lease, watchdog: !h.cfg.hasLease}
-		hd.expiry = time.AfterFunc(time.Until(start.Add(lease)), func() {
+		hd = &hold{c: c, kind: h.kind, owner: owner, lease: lease, valid: validity(h.kind, lease), watchdog: !h.cfg.hasLease}
+		hd.expiry = time.AfterFunc(time.Until(start.Add(hd.valid)), func() {
 			c.lose(hd, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, lease))
 		})
 		c.holds[k] = hd
@@ -87,7 +88,7 @@ func (c *Client) register(ctx context.Context, h *handle, owner string, token in
 		}
 	} else {
 		// A reentrant acquisition set the lease again.
-		hd.expiry.Reset(time.Until(start.Add(lease)))
+		hd.expiry.Reset(time.Until(start.Add(hd.valid)))
 	}
 	acq := &acquisition{hold: hd, cancel: cancel, token: token}
 	hd.acqs = append(hd.acqs, acq)
@@ -166,6 +167,6 @@ func (c *Client) renewed(hd *hold, start time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.holds[holdKey{hd.kind.key(), hd.kind.field(hd.owner)}] == hd {
-		hd.expiry.Reset(time.Until(start.Add(hd.lease)))
+		hd.expiry.Reset(time.Until(start.Add(hd.valid)))
 	}
 }

@@ -17,7 +17,9 @@ type kind interface {
 	// role tells apart locks that share a key, such as the read and write
 	// halves of a read-write lock ("" for a plain lock).
 	role() string
-	// channel is where the wake-ups for owner's waits are published.
+	// channel is where the wake-ups for owner's waits are published; ""
+	// when the kind has no unlock messages (RedLock: its nodes share no
+	// channel), and waiters retry after the ttl an attempt reports.
 	channel(owner string) string
 	// attempt makes one try at acquiring.
 	attempt(ctx context.Context, r request) (attemptResult, error)
@@ -45,6 +47,27 @@ type attemptResult struct {
 	acquired bool
 	token    int64         // fencing token, when acquired and fenced
 	ttl      time.Duration // when not acquired: how long the current hold has left
+	// reason, when not acquired, says why in more detail than "held by
+	// another owner" (RedLock: which nodes refused); it is wrapped into the
+	// ErrNotObtained error.
+	reason error
+}
+
+// drifter is implemented by kinds whose lease runs on clocks other than the
+// local one in a way the engine must allow for (RedLock: several servers'
+// clocks). The engine counts a hold as valid for lease - drift(lease) after
+// the request that set the lease was sent.
+type drifter interface {
+	drift(lease time.Duration) time.Duration
+}
+
+// validity is how long after it was sent a request that set lease keeps
+// the lock, on the local clock.
+func validity(k kind, lease time.Duration) time.Duration {
+	if d, ok := k.(drifter); ok {
+		return lease - d.drift(lease)
+	}
+	return lease
 }
 
 type releaseResult int

@@ -92,14 +92,18 @@ func WithLogger(l *slog.Logger) Option {
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
-	lease    time.Duration // used when hasLease; otherwise the watchdog renews
-	hasLease bool
-	fenced   bool
+	lease       time.Duration // used when hasLease; otherwise the watchdog renews
+	hasLease    bool
+	fenced      bool
+	nodeTimeout time.Duration // RedLock: bound on each node's reply; 0 means the default
 }
 
 func (c lockConfig) validate() error {
 	if c.hasLease && (c.lease < time.Millisecond || c.lease > MaxLease) {
 		return fmt.Errorf("%w: lease %v is outside [1ms, %v]", ErrInvalidOption, c.lease, MaxLease)
+	}
+	if c.nodeTimeout < 0 {
+		return fmt.Errorf("%w: node timeout %v is negative", ErrInvalidOption, c.nodeTimeout)
 	}
 	return nil
 }
@@ -121,4 +125,12 @@ func WithLease(d time.Duration) LockOption {
 // lease.
 func WithFencing() LockOption {
 	return func(c *lockConfig) { c.fenced = true }
+}
+
+// WithNodeTimeout bounds how long a RedLock waits for each node's reply to
+// one request, so that a slow or frozen node costs at most d per attempt.
+// It must be much smaller than the lease (at most a tenth of it); the
+// default is DefaultNodeTimeout (100 ms). Other lock kinds ignore it.
+func WithNodeTimeout(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.nodeTimeout = d }
 }

@@ -18,6 +18,8 @@ var (
 	lockRenew string
 	//go:embed force_release.lua
 	forceRelease string
+	//go:embed token_raise.lua
+	tokenRaise string
 )
 
 // Reentrant lock (Redisson RLock) scripts.
@@ -27,3 +29,6 @@ var (
 	LockRenew    = redis.NewScript(lockRenew)
 	ForceRelease = redis.NewScript(forceRelease)
 )
+
+// RedLock fencing: raise a node's token counter to the quorum's token.
+var TokenRaise = redis.NewScript(tokenRaise)
