@@ -32,7 +32,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "closing redis-server:", err)
 	}
 	if code == 0 {
-		if err := error(nil); err != nil {
+		if err := redistest.CheckGoroutines(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
