@@ -25,6 +25,11 @@ test: redis
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchtime 2000x ./
 
+# soak runs the chaos scenarios long (over 100,000 acquisitions) and prints
+# a table of acquisitions, violations, max wait and faults injected.
+soak: redis
+	DLOCK_SOAK=1 $(GO) test -count=1 -timeout 60m -v -run . ./internal/chaos/ | grep -v '^=== RUN'
+
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GO) vet ./...

@@ -1,0 +1,137 @@
+package chaos
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// contention is the workload of the fault scenarios: 3 processes with 4
+// owners each, short critical sections, some work between acquisitions.
+func contention(perOwner int) workerConfig {
+	return workerConfig{
+		Goroutines: 4, Acquisitions: perOwner,
+		Watchdog: time.Second, Critical: 200 * time.Microsecond, Outside: time.Millisecond,
+		Fenced: true,
+	}
+}
+
+func TestNoFaults(t *testing.T) {
+	run(t, scenario{name: "no faults", procs: 3, worker: contention(scale(50, 3000))})
+}
+
+// TestNegativeControl runs with a fixed lease shorter than the critical
+// section: holders overlap, and the checker must say so.
+func TestNegativeControl(t *testing.T) {
+	w := workerConfig{Goroutines: 2, Acquisitions: scale(8, 50), Lease: 20 * time.Millisecond, Critical: 50 * time.Millisecond, Watchdog: time.Second, IgnoreLost: true}
+	run(t, scenario{name: "negative control (lease < work)", procs: 2, worker: w, broken: true})
+}
+
+func TestPubSubKills(t *testing.T) {
+	run(t, scenario{name: "pub/sub connections killed", procs: 3, worker: contention(scale(50, 3000)),
+		fault: func(ctx context.Context, t *testing.T, lock *redistest.Server) int {
+			rdb := lock.Client()
+			defer rdb.Close()
+			return every(ctx, 20*time.Millisecond, func() error {
+				return rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
+			})
+		}})
+}
+
+func TestScriptFlushLoop(t *testing.T) {
+	run(t, scenario{name: "SCRIPT FLUSH loop", procs: 3, worker: contention(scale(50, 3000)),
+		fault: func(ctx context.Context, t *testing.T, lock *redistest.Server) int {
+			rdb := lock.Client()
+			defer rdb.Close()
+			return every(ctx, 5*time.Millisecond, func() error { return rdb.ScriptFlush(ctx).Err() })
+		}})
+}
+
+// TestRedisRestart kills and restarts the lock's Redis under contention.
+// It persists every write (appendfsync always), so locks survive the
+// restart; clients see errors while it is down and carry on.
+func TestRedisRestart(t *testing.T) {
+	run(t, scenario{name: "Redis restarted (AOF always)", procs: 3, worker: contention(scale(60, 3000)),
+		lockArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
+		fault: func(ctx context.Context, t *testing.T, lock *redistest.Server) int {
+			return every(ctx, 300*time.Millisecond, func() error {
+				lock.Kill()
+				return lock.Restart()
+			})
+		}})
+}
+
+func TestLatency(t *testing.T) {
+	run(t, scenario{name: "2 ms latency each way (proxy)", procs: 3, worker: contention(scale(25, 1000)), latency: 2 * time.Millisecond})
+}
+
+// TestPausedHolder freezes a holder (SIGSTOP) past its lease. Another
+// client takes the lock and writes the fenced register; when the frozen
+// holder resumes, its lock context must be cancelled with ErrLockLost and
+// its write with the stale token rejected.
+func TestPausedHolder(t *testing.T) {
+	e := newEnv(t, nil, 0)
+	cfg := workerConfig{LockAddr: e.lockAddr, ResourceAddr: e.resource.Addr(), Name: "chaos:paused",
+		Watchdog: 300 * time.Millisecond, Fenced: true, Pause: true}
+	cmd, out := startWorker(t, cfg)
+	eventually(t, 10*time.Second, func() bool { return strings.Contains(out.String(), "held") })
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+
+	// Meanwhile another client waits out the frozen holder's lease.
+	ctx := context.Background()
+	rdb := e.lock.Client()
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	m, _ := locks.NewMutex(cfg.Name, dlock.WithFencing())
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lctx, err := m.Lock(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("second client acquired %v after the freeze", time.Since(start))
+	res := e.resource.Client()
+	defer res.Close()
+	tok, _ := dlock.Token(lctx)
+	if ok, err := fencedWrite.Run(ctx, res, []string{fenceKey}, tok).Int(); ok != 1 || err != nil {
+		t.Fatalf("new holder's write: %v %v", ok, err)
+	}
+	if err := m.Unlock(lctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.TrimSpace(strings.TrimPrefix(out.String(), "held\n"))
+	if want := "cancelled=true lost=true accepted=false unlock=dlock: lock not held by this owner: \"chaos:paused\""; got != want {
+		t.Errorf("frozen holder reported %q, want %q", got, want)
+	}
+	addRow(row{"holder frozen past its lease (SIGSTOP)", 2, 0, time.Since(start).Round(time.Millisecond).String(), 1,
+		"stale fenced write rejected; holder told on resume"})
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/history"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// scenario is one chaos run: worker processes contend for one lock while
+// fault injects faults.
+type scenario struct {
+	name     string
+	procs    int
+	worker   workerConfig // template; addresses and files are filled in
+	lockArgs []string     // extra redis-server arguments for the lock's server
+	latency  time.Duration
+	// fault injects faults until ctx ends and returns how many it injected.
+	fault func(ctx context.Context, t *testing.T, lock *redistest.Server) int
+	// broken marks the negative control: the checker must find violations.
+	broken bool
+}
+
+// env is the Redis side of a scenario.
+type env struct {
+	lock, resource *redistest.Server
+	lockAddr       string // where workers reach the lock (maybe a proxy)
+}
+
+func newEnv(t *testing.T, lockArgs []string, latency time.Duration) *env {
+	t.Helper()
+	e := &env{lock: redistest.NewServer(t, lockArgs...), resource: redistest.NewServer(t)}
+	e.lockAddr = e.lock.Addr()
+	if latency > 0 {
+		p := redistest.NewTestProxy(t, e.lock.Addr())
+		p.SetLatency(latency)
+		e.lockAddr = p.Addr()
+	}
+	return e
+}
+
+// startWorker runs the test binary as a worker process.
+func startWorker(t *testing.T, cfg workerConfig) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &out
+}
+
+func run(t *testing.T, sc scenario) {
+	e := newEnv(t, sc.lockArgs, sc.latency)
+	dir := t.TempDir()
+	var files []string
+	type proc struct {
+		cmd *exec.Cmd
+		out *bytes.Buffer
+	}
+	var procs []proc
+	for i := range sc.procs {
+		cfg := sc.worker
+		cfg.LockAddr, cfg.ResourceAddr = e.lockAddr, e.resource.Addr()
+		cfg.Name = "chaos:" + sc.name
+		cfg.Out = filepath.Join(dir, fmt.Sprintf("worker%d.jsonl", i))
+		files = append(files, cfg.Out)
+		cmd, out := startWorker(t, cfg)
+		procs = append(procs, proc{cmd, out})
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	faults := make(chan int, 1)
+	go func() {
+		n := 0
+		if sc.fault != nil {
+			n = sc.fault(ctx, t, e.lock)
+		}
+		faults <- n
+	}()
+	var total workerResult
+	for i, p := range procs {
+		if err := p.cmd.Wait(); err != nil {
+			stop()
+			t.Fatalf("worker %d: %v", i, err)
+		}
+		var r workerResult
+		if err := json.Unmarshal(p.out.Bytes(), &r); err != nil {
+			t.Fatalf("worker %d output %q: %v", i, p.out.String(), err)
+		}
+		total.Acquired += r.Acquired
+		total.Increments += r.Increments
+		total.Rejected += r.Rejected
+		total.Lost += r.Lost
+		total.Errors += r.Errors
+	}
+	stop()
+	nfaults := <-faults
+
+	holds, err := history.Read(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	violations := history.Check(holds)
+	var maxWait time.Duration
+	for _, h := range holds {
+		maxWait = max(maxWait, time.Duration(h.Wait))
+	}
+	addRow(row{sc.name, total.Acquired, len(violations), maxWait.Round(time.Millisecond).String(), nfaults,
+		fmt.Sprintf("lost %d, errors %d", total.Lost, total.Errors)})
+	t.Logf("%d acquisitions, %d violations, max wait %v, %d faults, %+v", total.Acquired, len(violations), maxWait, nfaults, total)
+
+	want := sc.procs * sc.worker.Goroutines * sc.worker.Acquisitions
+	if total.Acquired != want || len(holds) != want {
+		t.Errorf("%d acquisitions (%d recorded), want %d", total.Acquired, len(holds), want)
+	}
+	counter, _ := e.resource.Client().Get(context.Background(), counterKey).Int()
+	if sc.broken {
+		if len(violations) == 0 {
+			t.Fatal("negative control: the checker found no violation in a run built to have them")
+		}
+		if counter == total.Increments {
+			t.Log("negative control: no increment was lost this time")
+		}
+		return
+	}
+	for i, v := range violations {
+		if i < 5 {
+			t.Error(v)
+		}
+	}
+	if counter != total.Increments {
+		t.Errorf("counter = %d after %d increments: an increment was lost", counter, total.Increments)
+	}
+	checkClean(t, e.lock, "chaos:"+sc.name)
+}
+
+// checkClean asserts that nothing of the lock is left in Redis once every
+// worker is gone: no subscriber, no lock key; request latches may remain
+// until they expire, but none without a TTL.
+func checkClean(t *testing.T, srv *redistest.Server, name string) {
+	t.Helper()
+	rdb := srv.Client()
+	defer rdb.Close()
+	ctx := context.Background()
+	ch := "redisson_lock__channel:{" + name + "}"
+	if n, err := rdb.PubSubNumSub(ctx, ch).Result(); err != nil || n[ch] != 0 {
+		t.Errorf("subscribers left on %s: %v %v", ch, n, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		keys, err := scanAll(ctx, rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, k := range keys {
+			if strings.Contains(k, "_latch:") {
+				if ttl, _ := rdb.PTTL(ctx, k).Result(); ttl > 0 {
+					continue
+				}
+			}
+			if strings.HasPrefix(k, "redisson_lock_token:") {
+				continue // the fencing counter lives on by design
+			}
+			left = append(left, k)
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("keys left behind: %v", left)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func scanAll(ctx context.Context, rdb *redis.Client) ([]string, error) {
+	var keys []string
+	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	return keys, iter.Err()
+}
+
+// every calls f every d until ctx ends and counts the calls that succeed.
+func every(ctx context.Context, d time.Duration, f func() error) int {
+	n := 0
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-tick.C:
+			if f() == nil {
+				n++
+			}
+		}
+	}
+}
+
+// scale picks the short or the soak size.
+func scale(short, long int) int {
+	if soak {
+		return long
+	}
+	return short
+}

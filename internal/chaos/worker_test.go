@@ -1,0 +1,228 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/history"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// workerEnv carries a worker's JSON config; a test binary started with it
+// runs runWorker instead of the tests.
+const workerEnv = "DLOCK_CHAOS_WORKER"
+
+// workerConfig is what one worker process does.
+type workerConfig struct {
+	LockAddr     string        // Redis holding the lock
+	ResourceAddr string        // Redis holding the protected resource
+	Name         string        // lock name
+	Goroutines   int           // concurrent owners in the process
+	Acquisitions int           // per goroutine
+	Lease        time.Duration // fixed lease; 0 for the watchdog
+	Watchdog     time.Duration // watchdog timeout
+	Critical     time.Duration // time spent holding the lock
+	Outside      time.Duration // time between acquisitions
+	Fenced       bool          // write the resource with the fencing token
+	IgnoreLost   bool          // keep working after the lock context ends (a broken holder)
+	Pause        bool          // hold once, say so, and write after a pause (see TestPausedHolder)
+	Out          string        // history file
+}
+
+// The resource: a counter incremented non-atomically under the lock, and a
+// fenced register that refuses tokens lower than the highest it has seen.
+const (
+	counterKey = "chaos:counter"
+	fenceKey   = "chaos:fence"
+)
+
+var fencedWrite = redis.NewScript(`
+local max = tonumber(redis.call('get', KEYS[1]) or '0')
+if tonumber(ARGV[1]) < max then return 0 end
+redis.call('set', KEYS[1], ARGV[1])
+return 1`)
+
+// workerResult is what a worker prints on stdout when it is done.
+type workerResult struct {
+	Acquired, Increments, Rejected, Lost, Errors int
+}
+
+func runWorker(cfgJSON string) error {
+	var cfg workerConfig
+	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	lockRdb := redis.NewClient(&redis.Options{Addr: cfg.LockAddr})
+	resRdb := redis.NewClient(&redis.Options{Addr: cfg.ResourceAddr})
+	locks, err := dlock.New(lockRdb, dlock.WithWatchdogTimeout(cfg.Watchdog), dlock.WithLatchTTL(2*time.Second))
+	if err != nil {
+		return err
+	}
+	opts := []dlock.LockOption{}
+	if cfg.Lease > 0 {
+		opts = append(opts, dlock.WithLease(cfg.Lease))
+	}
+	if cfg.Fenced {
+		opts = append(opts, dlock.WithFencing())
+	}
+	m, err := locks.NewMutex(cfg.Name, opts...)
+	if err != nil {
+		return err
+	}
+	if cfg.Pause {
+		return pausedHolder(ctx, m, resRdb)
+	}
+	rec, err := history.Create(cfg.Out)
+	if err != nil {
+		return err
+	}
+	var (
+		mu  sync.Mutex
+		res workerResult
+		wg  sync.WaitGroup
+	)
+	count := func(f func(r *workerResult)) { mu.Lock(); f(&res); mu.Unlock() }
+	for range cfg.Goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done := 0; done < cfg.Acquisitions; {
+				start := history.Now()
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				lctx, err := m.Lock(wctx)
+				cancel()
+				if err != nil {
+					// Redis down or restarting: count it and try again.
+					give := false
+					count(func(r *workerResult) { r.Errors++; give = r.Errors > 10000 })
+					if give {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				h := history.Hold{Acquired: history.Now()}
+				h.Wait = h.Acquired - start
+				h.Owner, h.Token = ownerOf(lctx), tokenOf(lctx)
+				inc, rejected := critical(lctx, resRdb, cfg, h.Token)
+				h.Released = history.Now()
+				if err := m.Unlock(lctx); err != nil {
+					h.Lost = true
+					count(func(r *workerResult) {
+						if errors.Is(err, dlock.ErrNotHeld) {
+							r.Lost++
+						} else {
+							r.Errors++
+						}
+					})
+				}
+				if err := rec.Add(h); err != nil {
+					count(func(r *workerResult) { r.Errors++ })
+				}
+				count(func(r *workerResult) {
+					r.Acquired++
+					r.Increments += inc
+					r.Rejected += rejected
+				})
+				done++
+				pause(cfg.Outside)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := rec.Close(); err != nil {
+		return err
+	}
+	if err := locks.Close(); err != nil {
+		return err
+	}
+	lockRdb.Close()
+	resRdb.Close()
+	if err := redistest.CheckGoroutines(); err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// critical is the work done under the lock: a non-atomic increment of the
+// shared counter (lost if two holders overlap) and, when fenced, a write to
+// the fenced register. It reports increments done and writes rejected.
+func critical(ctx context.Context, rdb *redis.Client, cfg workerConfig, token int64) (inc, rejected int) {
+	if cfg.IgnoreLost {
+		ctx = context.WithoutCancel(ctx)
+	}
+	n, err := rdb.Get(ctx, counterKey).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0
+	}
+	pause(cfg.Critical)
+	if cfg.Fenced {
+		ok, err := fencedWrite.Run(ctx, rdb, []string{fenceKey}, token).Int()
+		if err == nil && ok == 0 {
+			return 0, 1
+		}
+	}
+	if rdb.Set(ctx, counterKey, n+1, 0).Err() == nil {
+		inc = 1
+	}
+	return inc, 0
+}
+
+// pause spends d: a busy loop below a millisecond, where time.Sleep would
+// take a whole millisecond, and a sleep above.
+func pause(d time.Duration) {
+	if d >= time.Millisecond {
+		time.Sleep(d)
+		return
+	}
+	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+// ownerOf names the owner of a lock context for the history: the pointer
+// of the context is unique per hold in the process, and the pid makes it
+// unique across processes.
+func ownerOf(lctx context.Context) string {
+	return fmt.Sprintf("%d:%p", os.Getpid(), lctx)
+}
+
+func tokenOf(lctx context.Context) int64 {
+	t, _ := dlock.Token(lctx)
+	return t
+}
+
+// pausedHolder takes the lock, prints "held", and sleeps through its
+// critical section, during which the test freezes the process past its
+// lease and lets another client take the lock. Then it reports whether its
+// lock context was cancelled and writes the fenced register with its stale
+// token anyway, as a holder that ignores its context would.
+func pausedHolder(ctx context.Context, m *dlock.Mutex, rdb *redis.Client) error {
+	lctx, err := m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Println("held")
+	time.Sleep(time.Second) // the test sends SIGSTOP here
+	var cause error
+	select {
+	case <-lctx.Done():
+		cause = context.Cause(lctx)
+	case <-time.After(5 * time.Second):
+	}
+	ok, err := fencedWrite.Run(ctx, rdb, []string{fenceKey}, tokenOf(lctx)).Int()
+	if err != nil {
+		return err
+	}
+	unlockErr := m.Unlock(lctx)
+	fmt.Printf("cancelled=%v lost=%v accepted=%v unlock=%v\n",
+		cause != nil, errors.Is(cause, dlock.ErrLockLost), ok == 1, unlockErr)
+	return nil
+}
