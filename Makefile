@@ -28,7 +28,7 @@ bench: redis
 # soak runs the chaos scenarios long (over 100,000 acquisitions) and prints
 # a table of acquisitions, violations, max wait and faults injected.
 soak: redis
-	DLOCK_SOAK=1 $(GO) test -count=1 -timeout 60m -v -run . ./internal/chaos/ | grep -v '^=== RUN'
+	DLOCK_SOAK=1 $(GO) test -count=1 -timeout 60m -v -run . ./internal/chaos/
 
 lint:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
