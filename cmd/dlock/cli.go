@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9/logging"
+)
+
+// usage is the text of "dlock help".
+const usage = `dlock: distributed locks on Redis, Redisson-compatible, from the command line.
+
+Usage:
+  dlock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding lock NAME
+  dlock status [flags] NAME                     show who holds NAME: kind, holders, TTL, queue, token
+  dlock list [flags] [PATTERN]                  list the locks whose name matches PATTERN (default *)
+  dlock unlock --force [--yes] [flags] NAME     delete lock NAME whoever holds it
+  dlock demo [flags]                            a live demo on a throwaway redis-server
+  dlock version [--json]                        print version information
+  dlock help [COMMAND]                          show the help of COMMAND
+
+` + connectionHelp + `
+` + exitHelp
+
+// connectionHelp describes --redis; every command that talks to Redis
+// shows it.
+const connectionHelp = `Connection:
+  --redis URL     the Redis deployment; default $DLOCK_REDIS_URL, else redis://127.0.0.1:6379
+    redis://[user:password@]host:port[/db]     one server; rediss:// for TLS, unix:///path.sock
+    host:port                                  short for redis://host:port
+    redis://host:port?addr=host2:port2&...     Redis Cluster: seed addresses (go-redis
+                                               ParseClusterURL); ?cluster=true with one seed
+    redis://[user:password@]host:port?master_name=NAME[&addr=host2:port2][&password=P]
+                                               Sentinel (go-redis ParseFailoverURL): the host
+                                               and addr= are sentinels, user:password@ logs in
+                                               to them, password= to the master
+    Other query parameters set go-redis options (dial_timeout=3s, ...). A password never
+    appears in dlock's output: URLs are printed with it masked.
+`
+
+// exitHelp documents every exit code; codes.go defines them.
+const exitHelp = `Exit status:
+  0      success
+  1      error: a Redis command failed, or the user declined a prompt
+  2      usage: unknown command or flag, bad argument, bad URL
+  3      the lock was not obtained within --wait
+  4      Redis unreachable: connection refused, timeout, DNS, TLS
+  5      Redis refused the credentials (wrong user or password, missing ACL permission)
+  6      run: the lock was lost while COMMAND ran; COMMAND was stopped
+  126    run: COMMAND could not be executed
+  127    run: COMMAND was not found
+  128+N  run: COMMAND was killed by signal N, or dlock by signal N while waiting
+  other  run: COMMAND's own exit status
+`
+
+// cli is one invocation of dlock: its standard streams and environment.
+// Tests build one to feed stdin or an environment.
+type cli struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// command is a dlock subcommand.
+type command struct {
+	name  string
+	usage string // the help text of the command
+	run   func(c *cli, ctx context.Context, args []string) error
+}
+
+// commands lists the subcommands; each lives in its cmd_<name>.go file.
+func commands() []command {
+	return []command{
+		{"run", runUsage, (*cli).runCmd},
+		{"status", statusUsage, (*cli).statusCmd},
+		{"list", listUsage, (*cli).listCmd},
+		{"unlock", unlockUsage, (*cli).unlockCmd},
+		{"demo", demoUsage, (*cli).demoCmd},
+		{"version", versionUsage, (*cli).versionCmd},
+	}
+}
+
+// run is the whole program: it runs the command in args (without the
+// program name) and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdin: os.Stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	return c.main(ctx, args)
+}
+
+func (c *cli) main(ctx context.Context, args []string) int {
+	// go-redis logs dial and pool errors on its own; dlock reports
+	// failures itself, in one line, with passwords masked.
+	logging.Disable()
+	return c.report(c.dispatch(ctx, args))
+}
+
+func (c *cli) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(c.stderr, usage)
+		return usageError("no command given")
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return c.help(rest)
+	}
+	for _, cmd := range commands() {
+		if cmd.name == name {
+			return cmd.run(c, ctx, rest)
+		}
+	}
+	return usageError("unknown command %q; run \"dlock help\"", name)
+}
+
+// help prints the usage of one command, or of dlock.
+func (c *cli) help(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(c.stdout, usage)
+		return nil
+	}
+	for _, cmd := range commands() {
+		if cmd.name == args[0] {
+			fmt.Fprint(c.stdout, cmd.usage)
+			return nil
+		}
+	}
+	return usageError("unknown command %q; run \"dlock help\"", args[0])
+}
+
+// report prints err, if any, as one line on stderr and returns the exit
+// code it carries.
+func (c *cli) report(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var e *exitError
+	if !errors.As(err, &e) {
+		e = &exitError{code: exitFailure, msg: err.Error()}
+	}
+	if e.msg != "" {
+		msg := strings.TrimPrefix(e.msg, "dlock: ")
+		fmt.Fprintf(c.stderr, "dlock: %s\n", strings.ReplaceAll(msg, "\n", " "))
+	}
+	return e.code
+}
+
+// newFlagSet returns a flag set for a subcommand that returns errors
+// rather than printing them and exiting.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("dlock "+name, flag.ContinueOnError)
+	// Errors come back from Parse and are reported once, by report.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses args with fs, allowing flags after positional arguments
+// ("dlock status NAME --json"), and returns the positional arguments. A
+// "--" ends the flags: everything after it is positional. -h prints help
+// and returns errHelp.
+func (c *cli) parse(fs *flag.FlagSet, help string, args []string) ([]string, error) {
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(c.stdout, help)
+			return nil, errHelp
+		}
+		if err != nil {
+			return nil, usageError("%s: %v; run \"dlock help %s\"", fs.Name(), err, strings.TrimPrefix(fs.Name(), "dlock "))
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+)
+
+var statusUsage = `Usage: dlock status [flags] NAME
+
+Shows lock NAME as Redis has it: its kind (mutex, fair, rwlock), who holds
+it and how many times, the lease left, a read-write lock's mode and
+readers, a fair lock's queue with each waiter's deadline, and the last
+fencing token issued. Locks taken by Redisson (Java) show the same way.
+
+Flags:
+  --json        print JSON instead of a table
+  --redis URL   see Connection
+
+` + connectionHelp + "\n" + exitHelp
+
+func (c *cli) statusCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("status")
+	conn := addConnFlags(fs)
+	asJSON := fs.Bool("json", false, "")
+	pos, err := c.parse(fs, statusUsage, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError("status: one lock NAME expected, got %d arguments; usage: dlock status [flags] NAME", len(pos))
+	}
+	name := pos[0]
+	s, err := c.openSession(ctx, conn)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if _, err := newLocker(s.locks, "mutex", name); err != nil {
+		return optionError("status", err)
+	}
+	if err := s.ping(ctx); err != nil {
+		return err
+	}
+	st, err := inspect(ctx, s.rdbs[0], name)
+	if errors.Is(err, errNotALock) {
+		return exitf(exitFailure, "status: %v", err)
+	}
+	if err != nil {
+		return redisError(fmt.Sprintf("status %q", name), err)
+	}
+	if *asJSON {
+		return writeJSON(c.stdout, st)
+	}
+	printStatus(c.stdout, st)
+	return nil
+}
+
+// printStatus prints a lock's state for people.
+func printStatus(w io.Writer, st lockState) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "lock\t%s\n", st.Name)
+	switch {
+	case st.Locked:
+		kind := st.Kind
+		if st.Mode != "" {
+			kind += ", " + st.Mode + " mode"
+		}
+		fmt.Fprintf(tw, "kind\t%s\n", kind)
+		if *st.TTL < 0 {
+			fmt.Fprintf(tw, "state\theld, no expiry\n")
+		} else {
+			fmt.Fprintf(tw, "state\theld, lease left %s\n", durationText(*st.TTL))
+		}
+	case len(st.Queue) > 0:
+		fmt.Fprintf(tw, "kind\t%s\n", st.Kind)
+		fmt.Fprintf(tw, "state\tfree, %d waiting\n", len(st.Queue))
+	default:
+		fmt.Fprintf(tw, "state\tfree\n")
+	}
+	if st.Token != nil {
+		fmt.Fprintf(tw, "fencing token\t%d (the last one issued)\n", *st.Token)
+	}
+	_ = tw.Flush()
+
+	if len(st.Holders) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		if st.Kind == "rwlock" {
+			fmt.Fprintf(tw, "HOLDER\tROLE\tHOLDS\tLEASE LEFT\n")
+			for _, h := range st.Holders {
+				lease := "-"
+				if h.TTL != nil {
+					lease = durationText(*h.TTL)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", h.Owner, h.Role, h.Holds, lease)
+			}
+		} else {
+			fmt.Fprintf(tw, "HOLDER\tHOLDS\n")
+			for _, h := range st.Holders {
+				fmt.Fprintf(tw, "%s\t%d\n", h.Owner, h.Holds)
+			}
+		}
+		_ = tw.Flush()
+	}
+
+	if len(st.Queue) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "#\tWAITING\tDEADLINE\n")
+		for i, q := range st.Queue {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", strconv.Itoa(i+1), q.Owner, deadlineText(q))
+		}
+		_ = tw.Flush()
+	}
+}
+
+// deadlineText says when a waiter may be skipped as dead.
+func deadlineText(q waiter) string {
+	switch {
+	case q.Deadline == 0:
+		return "none"
+	case q.In < 0:
+		return "passed " + durationText(-q.In) + " ago"
+	}
+	return "in " + durationText(q.In)
+}

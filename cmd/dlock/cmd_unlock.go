@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var unlockUsage = `Usage: dlock unlock --force [--yes] [flags] NAME
+
+Deletes lock NAME whoever holds it, and wakes its waiters: for a lock whose
+holder is stuck or gone (a crashed holder's lock also frees itself when its
+lease runs out). The holders are not told until their next renewal or
+unlock: a dlock run holding it stops its COMMAND then. Asks for
+confirmation on stdin unless --yes is given.
+
+Flags:
+  --force       required: says you mean to take the lock from its holders
+  --yes         do not ask
+  --redis URL   see Connection
+
+` + connectionHelp + "\n" + exitHelp
+
+func (c *cli) unlockCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("unlock")
+	conn := addConnFlags(fs)
+	force := fs.Bool("force", false, "")
+	yes := fs.Bool("yes", false, "")
+	pos, err := c.parse(fs, unlockUsage, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError("unlock: one lock NAME expected, got %d arguments; usage: dlock unlock --force [--yes] NAME", len(pos))
+	}
+	if !*force {
+		return usageError("unlock: --force is required: it deletes the lock whoever holds it")
+	}
+	name := pos[0]
+	s, err := c.openSession(ctx, conn)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if _, err := newLocker(s.locks, "mutex", name); err != nil {
+		return optionError("unlock", err)
+	}
+	if err := s.ping(ctx); err != nil {
+		return err
+	}
+	st, err := inspect(ctx, s.rdbs[0], name)
+	if errors.Is(err, errNotALock) {
+		return exitf(exitFailure, "unlock: %v; not deleting it", err)
+	}
+	if err != nil {
+		return redisError(fmt.Sprintf("unlock %q", name), err)
+	}
+	if !st.Locked && len(st.Queue) == 0 {
+		fmt.Fprintf(c.stdout, "lock %q is not held; nothing to unlock\n", name)
+		return nil
+	}
+	if !*yes && !c.confirm(fmt.Sprintf("Delete lock %q, %s? [y/N] ", name, holdersText(st))) {
+		return exitf(exitFailure, "unlock: not confirmed; lock %q left as it is", name)
+	}
+	kind := st.Kind
+	lk, err := newLocker(s.locks, forceKind(kind), name)
+	if err != nil {
+		return optionError("unlock", err)
+	}
+	deleted, err := lk.ForceUnlock(ctx)
+	if err != nil {
+		return redisError(fmt.Sprintf("unlock %q", name), err)
+	}
+	if !deleted {
+		fmt.Fprintf(c.stdout, "lock %q was released in the meantime; nothing to unlock\n", name)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "unlocked %q (%s)\n", name, holdersText(st))
+	return nil
+}
+
+// forceKind is the kind of handle whose ForceUnlock frees a lock of the
+// inspected kind.
+func forceKind(kind string) string {
+	return "mutex"
+}
+
+// confirm asks question on stderr and reports whether the answer read from
+// stdin is yes.
+func (c *cli) confirm(question string) bool {
+	fmt.Fprint(c.stderr, question)
+	line, _ := bufio.NewReader(c.stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
+}
+
+// holdersText summarises who holds a lock: "held by 2 owners",
+// "held by 1 owner, 3 waiting".
+func holdersText(st lockState) string {
+	var parts []string
+	switch n := len(st.Holders); {
+	case n == 1:
+		parts = append(parts, "held by "+st.Holders[0].Owner)
+	case n > 1:
+		parts = append(parts, fmt.Sprintf("held by %d owners", n))
+	default:
+		parts = append(parts, "free")
+	}
+	if n := len(st.Queue); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d waiting", n))
+	}
+	return strings.Join(parts, ", ")
+}

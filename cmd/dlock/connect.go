@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// defaultRedisURL is used when neither --redis nor DLOCK_REDIS_URL is set.
+	defaultRedisURL = "redis://127.0.0.1:6379"
+	// pingTimeout bounds the first contact with each Redis deployment.
+	pingTimeout = 5 * time.Second
+	// masked replaces passwords in everything dlock prints.
+	masked = "xxxxx"
+)
+
+// connFlags are the connection flags every command that talks to Redis has.
+type connFlags struct {
+	urls stringsFlag
+}
+
+func addConnFlags(fs *flag.FlagSet) *connFlags {
+	f := &connFlags{}
+	fs.Var(&f.urls, "redis", "Redis URL (repeat for RedLock)")
+	return f
+}
+
+// endpoint is one Redis deployment, parsed from a URL but not yet
+// contacted.
+type endpoint struct {
+	display string   // the URL with its passwords masked
+	mode    string   // "server", "cluster" or "sentinel"
+	secrets []string // passwords, scrubbed from every error message
+	open    func() redis.UniversalClient
+}
+
+// endpoints returns the deployments named by --redis, else by
+// DLOCK_REDIS_URL (several URLs separated by spaces), else the default.
+func (c *cli) endpoints(f *connFlags) ([]endpoint, error) {
+	raws := []string(f.urls)
+	if len(raws) == 0 {
+		raws = strings.Fields(c.getenv("DLOCK_REDIS_URL"))
+	}
+	if len(raws) == 0 {
+		raws = []string{defaultRedisURL}
+	}
+	eps := make([]endpoint, len(raws))
+	for i, raw := range raws {
+		ep, err := parseEndpoint(raw)
+		if err != nil {
+			return nil, err
+		}
+		eps[i] = ep
+	}
+	return eps, nil
+}
+
+// parseEndpoint reads one URL: a sentinel URL when it has master_name, a
+// cluster URL when it has addr= or cluster=true, else one server. The
+// error never contains the password.
+func parseEndpoint(raw string) (endpoint, error) {
+	if !strings.Contains(raw, "://") {
+		raw = "redis://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error quotes the URL, and a password with a reserved
+		// character may have been read as a host or port: quote nothing.
+		return endpoint{}, usageError("invalid Redis URL: it does not parse as a URL (percent-encode reserved characters such as / # ? @ %% in the user name and password)")
+	}
+	ep := endpoint{display: maskURL(u), secrets: secrets(u)}
+	q := u.Query()
+	bad := func(err error) error {
+		return usageError("invalid Redis URL %s: %s", ep.display, ep.scrub(err.Error()))
+	}
+	switch {
+	case q.Has("master_name"):
+		ep.mode = "sentinel"
+		if q.Has("route_by_latency") || q.Has("route_randomly") {
+			// go-redis panics on these for a failover client.
+			return endpoint{}, usageError("invalid Redis URL %s: route_by_latency and route_randomly need a failover cluster client, which dlock does not use", ep.display)
+		}
+		opt, err := redis.ParseFailoverURL(u.String())
+		if err != nil {
+			return endpoint{}, bad(err)
+		}
+		if opt.MasterName == "" {
+			return endpoint{}, usageError("invalid Redis URL %s: empty master_name", ep.display)
+		}
+		ep.open = func() redis.UniversalClient { return redis.NewFailoverClient(opt) }
+	case q.Has("addr") || q.Has("cluster"):
+		ep.mode = "cluster"
+		if v := q.Get("cluster"); q.Has("cluster") && v != "true" && v != "1" {
+			return endpoint{}, usageError("invalid Redis URL %s: cluster=%s; use cluster=true", ep.display, v)
+		}
+		q.Del("cluster")
+		u2 := *u
+		u2.RawQuery = q.Encode()
+		opt, err := redis.ParseClusterURL(u2.String())
+		if err != nil {
+			return endpoint{}, bad(err)
+		}
+		ep.open = func() redis.UniversalClient { return redis.NewClusterClient(opt) }
+	default:
+		ep.mode = "server"
+		opt, err := redis.ParseURL(u.String())
+		if err != nil {
+			return endpoint{}, bad(err)
+		}
+		ep.open = func() redis.UniversalClient { return redis.NewClient(opt) }
+	}
+	return ep, nil
+}
+
+// maskURL returns u as text with the password in its user info and in a
+// password= query parameter (a sentinel URL's master password) masked.
+func maskURL(u *url.URL) string {
+	m := *u
+	if _, ok := m.User.Password(); ok {
+		m.User = url.UserPassword(m.User.Username(), masked)
+	}
+	q := m.Query()
+	for _, k := range []string{"password", "sentinel_password"} {
+		if q.Has(k) {
+			q.Set(k, masked)
+		}
+	}
+	m.RawQuery = q.Encode()
+	return m.String()
+}
+
+// secrets returns the passwords in u, raw and as written in the URL.
+func secrets(u *url.URL) []string {
+	var s []string
+	add := func(p string) {
+		if p != "" {
+			s = append(s, p, url.QueryEscape(p), url.PathEscape(p))
+		}
+	}
+	if p, ok := u.User.Password(); ok {
+		add(p)
+	}
+	for _, k := range []string{"password", "sentinel_password"} {
+		add(u.Query().Get(k))
+	}
+	return s
+}
+
+// scrub masks the endpoint's passwords in msg.
+func (ep endpoint) scrub(msg string) string {
+	for _, s := range ep.secrets {
+		msg = strings.ReplaceAll(msg, s, masked)
+	}
+	return msg
+}
+
+// pingOne checks that rdb answers and accepts the credentials, so that a
+// wrong address or password is reported before anything else happens.
+func pingOne(ctx context.Context, ep endpoint, rdb redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return ep.connError(err)
+	}
+	return nil
+}
+
+// connError classifies a failed first contact: refused credentials (exit
+// 5) or anything else that kept dlock from talking to Redis (exit 4).
+func (ep endpoint) connError(err error) error {
+	msg := ep.scrub(err.Error())
+	switch {
+	case redis.IsAuthError(err) || redis.IsPermissionError(err):
+		return exitf(exitAuth, "Redis at %s refused the credentials: %s", ep.display, msg)
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer within %v (a TLS server needs rediss://, a plain one redis://)", ep.display, pingTimeout)
+	case errors.Is(err, context.Canceled):
+		return exitf(exitFailure, "connecting to Redis at %s: interrupted", ep.display)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return exitf(exitUnreachable, "cannot reach Redis at %s: %s", ep.display, msg)
+	}
+	return exitf(exitUnreachable, "cannot talk to Redis at %s: %s", ep.display, msg)
+}
+
+// redisError reports a failed Redis command after the first contact.
+func redisError(what string, err error) error {
+	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
+		return exitf(exitAuth, "%s: %v", what, err)
+	}
+	return exitf(exitFailure, "%s: %v", what, err)
+}
+
+// describe is how an endpoint is named in messages: its mode and masked URL.
+func (ep endpoint) describe() string {
+	return fmt.Sprintf("%s %s", ep.mode, ep.display)
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// lockState is what Redis holds for one lock name, read in Redisson's
+// layout: what status prints and list summarises.
+type lockState struct {
+	Name   string `json:"name"`
+	Locked bool   `json:"locked"`
+	// Kind is "mutex", "fair" or "rwlock"; "" for a free lock with no
+	// queue. A fair lock nobody waits for has a mutex's layout and shows
+	// as one.
+	Kind string `json:"kind,omitempty"`
+	// Mode is a read-write lock's mode: "read" or "write".
+	Mode string `json:"mode,omitempty"`
+	// TTL is the lease left in milliseconds, -1 for a lock without expiry;
+	// absent when the lock is free.
+	TTL *int64 `json:"ttl_ms,omitempty"`
+	// Token is the last fencing token issued for the name, if any.
+	Token   *int64   `json:"fencing_token,omitempty"`
+	Holders []holder `json:"holders"`
+	// Queue is a fair lock's waiters, head first.
+	Queue []waiter `json:"queue,omitempty"`
+}
+
+// holder is one owner's holds on a lock.
+type holder struct {
+	Owner string `json:"owner"`
+	// Role is "read" or "write" on a read-write lock.
+	Role  string `json:"role,omitempty"`
+	Holds int64  `json:"holds"`
+	// TTL is, for a read holder, the longest lease left among its holds
+	// (each read hold has its own), in milliseconds.
+	TTL *int64 `json:"ttl_ms,omitempty"`
+}
+
+// waiter is one owner in a fair lock's queue.
+type waiter struct {
+	Owner string `json:"owner"`
+	// Deadline is when the others may skip the waiter as dead, in ms since
+	// the epoch (dlock writes Redis server time, Redisson client time).
+	Deadline int64 `json:"deadline_ms"`
+	// In is Deadline minus Redis's current time, in milliseconds.
+	In int64 `json:"deadline_in_ms"`
+}
+
+// errNotALock reports a key that exists but is not a lock.
+var errNotALock = errors.New("not a lock")
+
+// inspect reads lock name. Every key of a lock is in one cluster slot, so
+// each read is one pipeline, on a cluster too.
+func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockState, error) {
+	st := lockState{Name: name, Holders: []holder{}}
+	queueKey, timeoutKey := prefixName(queuePrefix, name), prefixName(timeoutPrefix, name)
+	var (
+		typ      *redis.StatusCmd
+		fields   *redis.MapStringStringCmd
+		pttl     *redis.DurationCmd
+		token    *redis.StringCmd
+		queue    *redis.StringSliceCmd
+		timeouts *redis.ZSliceCmd
+		now      *redis.TimeCmd
+	)
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		typ = p.Type(ctx, name)
+		fields = p.HGetAll(ctx, name)
+		pttl = p.PTTL(ctx, name)
+		token = p.Get(ctx, prefixName(tokenPrefix, name))
+		queue = p.LRange(ctx, queueKey, 0, -1)
+		timeouts = p.ZRangeWithScores(ctx, timeoutKey, 0, -1)
+		now = p.Time(ctx)
+		return nil
+	})
+	if t := typ.Val(); t != "" && t != "none" && t != "hash" {
+		return st, fmt.Errorf("%w: %q is a Redis %s", errNotALock, name, t)
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return st, err
+	}
+	if v, err := token.Int64(); err == nil {
+		st.Token = &v
+	}
+	for _, owner := range queue.Val() {
+		w := waiter{Owner: owner}
+		for _, z := range timeouts.Val() {
+			if z.Member == owner {
+				w.Deadline = int64(z.Score)
+				w.In = w.Deadline - now.Val().UnixMilli()
+			}
+		}
+		st.Queue = append(st.Queue, w)
+	}
+	if typ.Val() != "hash" {
+		if len(st.Queue) > 0 {
+			st.Kind = "fair"
+		}
+		return st, nil
+	}
+
+	st.Locked = true
+	ms := pttl.Val().Milliseconds()
+	if pttl.Val() < 0 {
+		ms = -1
+	}
+	st.TTL = &ms
+	h := fields.Val()
+	switch {
+	case h[modeField] != "":
+		st.Kind, st.Mode = "rwlock", h[modeField]
+	case len(st.Queue) > 0 || len(timeouts.Val()) > 0:
+		st.Kind = "fair"
+	default:
+		st.Kind = "mutex"
+	}
+	for field, v := range h {
+		if field == modeField {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		hd := holder{Owner: field, Holds: n}
+		if st.Kind == "rwlock" {
+			hd.Role = "read"
+			if owner, ok := strings.CutSuffix(field, writeSuffix); ok {
+				hd.Owner, hd.Role = owner, "write"
+			}
+		}
+		st.Holders = append(st.Holders, hd)
+	}
+	slices.SortFunc(st.Holders, func(a, b holder) int {
+		return strings.Compare(a.Owner+a.Role, b.Owner+b.Role)
+	})
+	if st.Kind == "rwlock" {
+		if err := readLeases(ctx, rdb, name, st.Holders); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// readLeases sets each read holder's TTL: the longest PTTL of its holds'
+// timeout keys.
+func readLeases(ctx context.Context, rdb redis.UniversalClient, name string, hs []holder) error {
+	cmds := make([][]*redis.DurationCmd, len(hs))
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, hd := range hs {
+			if hd.Role != "read" {
+				continue
+			}
+			for k := 1; k <= int(min(hd.Holds, 1000)); k++ {
+				cmds[i] = append(cmds[i], p.PTTL(ctx, readTimeoutKey(name, hd.Owner, k)))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, cs := range cmds {
+		if len(cs) == 0 {
+			continue
+		}
+		best := int64(-2)
+		for _, c := range cs {
+			if d := c.Val(); d >= 0 {
+				best = max(best, d.Milliseconds())
+			} else if d == -1 {
+				best = max(best, -1)
+			}
+		}
+		if best >= -1 {
+			hs[i].TTL = &best
+		}
+	}
+	return nil
+}
+
+// isLockHash reports whether the fields of a hash look like a lock's:
+// owner fields with counts, and a read-write lock's mode.
+func isLockHash(h map[string]string) bool {
+	owners := 0
+	for f, v := range h {
+		if f == modeField {
+			if v != "read" && v != "write" {
+				return false
+			}
+			continue
+		}
+		if !ownerField.MatchString(f) {
+			return false
+		}
+		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			return false
+		}
+		owners++
+	}
+	return owners > 0
+}
+
+// durationText formats a TTL in milliseconds for people: "850ms",
+// "29.9s", "4m59s", "no expiry".
+func durationText(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case ms < 0:
+		return "no expiry"
+	case d < time.Second:
+		return d.String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
