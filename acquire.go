@@ -39,7 +39,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 	for {
 		start := time.Now()
 		req := request{owner: owner, id: c.newRequest(), lease: lease, wait: !try, fence: h.cfg.fenced}
-		res, err := h.kind.attempt(ctx, req)
+		res, err := h.attempt(ctx, req)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, h.gaveUp(ctx, req, last)

@@ -56,15 +56,17 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlock: client id: %w", err)
 	}
+	if err := cfg.replicas.check(rdb); err != nil {
+		return nil, err
+	}
 	c := &Client{
 		rdb:     rdb,
 		id:      id,
 		cfg:     cfg,
-		publish: "publish",
 		cluster: isCluster(rdb),
 		holds:   map[holdKey]*hold{},
 	}
-	c.hub = pubsub.New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
+	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
 	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, c.renewGroup, c.renew, func(err error) {
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})
@@ -129,10 +131,28 @@ func isCluster(rdb redis.UniversalClient) bool {
 	return ok
 }
 
+// newHub returns the publish command for lock scripts and the hub waiters
+// subscribe through. On a cluster, sharded pub/sub (Redis 7) delivers an
+// unlock message within the lock's shard only, where classic PUBLISH is
+// broadcast over the cluster bus to every node.
+func newHub(rdb redis.UniversalClient, sharded bool) (string, *pubsub.Hub) {
+	if cc, ok := rdb.(*redis.ClusterClient); ok && sharded {
+		return "spublish", pubsub.NewSharded(
+			func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx) },
+			func(channel string) string { return strconv.Itoa(int(slot(channel))) },
+			cc.ReloadState)
+	}
+	return "publish", pubsub.New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
+}
+
 // eval runs a lock script that changes a lock's state (acquire, release,
 // force release) by EVALSHA, falling back to EVAL on NOSCRIPT. Every kind
-// sends its writes through here, so what must follow each write (such as
-// waiting for replicas) is done in one place.
+// sends its writes through here, so what must follow each write is done in
+// one place: an acquire attempt made with WithReplicaSync waits for
+// replicas on the script's connection (see replicas.go).
 func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if chk := replicaCheckFrom(ctx, c); chk != nil {
+		return c.evalSynced(ctx, chk, s, keys, args...)
+	}
 	return s.Run(ctx, c.rdb, keys, args...)
 }

@@ -30,6 +30,12 @@ var (
 	// cause with which Close cancels the lock contexts it still has.
 	ErrClosed = errors.New("dlock: client closed")
 
+	// ErrNotReplicated is returned by Lock and TryLock on a Client made
+	// with WithReplicaSync when the acquisition was not acknowledged by
+	// enough replicas in time: the lock was given back, since a failover
+	// could have lost it.
+	ErrNotReplicated = errors.New("dlock: lock not replicated")
+
 	// ErrInvalidName is returned for an empty, too long or cluster-unsafe
 	// lock name.
 	ErrInvalidName = errors.New("dlock: invalid lock name")

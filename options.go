@@ -36,6 +36,8 @@ type config struct {
 	batchSize       int
 	latchTTL        time.Duration
 	logger          *slog.Logger
+	replicas        replicaSync // WithReplicaSync; off by default
+	shardedPubSub   bool        // WithShardedPubSub; on by default
 }
 
 func defaultConfig() config {
@@ -44,6 +46,7 @@ func defaultConfig() config {
 		batchSize:       DefaultRenewalBatchSize,
 		latchTTL:        DefaultLatchTTL,
 		logger:          slog.New(slog.DiscardHandler),
+		shardedPubSub:   true,
 	}
 }
 
@@ -58,7 +61,7 @@ func (c config) validate() error {
 	case c.logger == nil:
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 	}
-	return nil
+	return c.replicas.validate()
 }
 
 // WithWatchdogTimeout sets the lease of locks taken without WithLease; the
@@ -86,6 +89,31 @@ func WithLatchTTL(d time.Duration) Option {
 // The default discards everything.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
+}
+
+// WithReplicaSync makes every acquisition wait until at least n replicas of
+// the lock's master have acknowledged the write, for at most timeout (Redis
+// WAIT, sent on the connection that ran the acquire script). When fewer
+// acknowledge, the acquisition is given back and Lock and TryLock return an
+// error wrapping ErrNotReplicated. It narrows, but does not close, the
+// window in which a failover loses a lock that was just taken (Redisson's
+// checkLockSyncedSlaves). timeout must be shorter than the Redis client's
+// read timeout. It needs a *redis.Client (plain or Sentinel) or a
+// *redis.ClusterClient. Off by default.
+func WithReplicaSync(n int, timeout time.Duration) Option {
+	return func(c *config) { c.replicas = replicaSync{replicas: n, timeout: timeout} }
+}
+
+// WithShardedPubSub chooses how unlock messages travel on a
+// *redis.ClusterClient. On (the default), scripts publish with SPUBLISH and
+// waiters SSUBSCRIBE on the shard that owns the lock's slot (Redis 7+,
+// Redisson's shardedSubscriptionMode AUTO on Redis 7), so a message reaches
+// only that shard's nodes. Off, they use PUBLISH and SUBSCRIBE, which a
+// cluster broadcasts to every node: needed on clusters older than Redis 7,
+// and to interoperate with Redisson configured with shardedSubscriptionMode
+// OFF. Other clients always use PUBLISH and SUBSCRIBE.
+func WithShardedPubSub(on bool) Option {
+	return func(c *config) { c.shardedPubSub = on }
 }
 
 // LockOption configures one lock handle.

@@ -1,5 +1,5 @@
-// Package pubsub shares one Redis subscription connection among every waiter
-// of a dlock Client.
+// Package pubsub shares Redis subscription connections among every waiter of
+// a dlock Client.
 //
 // Channels are reference-counted: the first waiter on a channel subscribes,
 // the last one to leave unsubscribes. Messages are fanned out locally. An
@@ -7,12 +7,29 @@
 // any other message ("1", the read-unlock message) and a resubscription after
 // a reconnect wake every waiter on the channel, since messages published
 // while the connection was down are lost.
+//
+// A classic hub (New) has one connection and uses SUBSCRIBE. A sharded hub
+// (NewSharded, for Redis 7 clusters) uses SSUBSCRIBE, which a cluster serves
+// only on the nodes of the shard that owns the channel's hash slot, and keeps
+// one connection per slot: go-redis resubscribes every channel of a
+// connection with one SSUBSCRIBE after a reconnect, which a cluster refuses
+// (CROSSSLOT) when the channels span slots. When a slot moves (a reshard or
+// a failover) the cluster drops its subscribers with an unsolicited
+// SUNSUBSCRIBE; the hub then reopens the slot's connection on the new owner
+// and wakes every waiter.
+//
+// Each connection has a reader goroutine that also checks its health: when
+// nothing arrives for a while it sends PING, and when the PING goes
+// unanswered (a frozen server) it reopens the connection. Network errors are
+// left to go-redis, which reconnects and resubscribes.
 package pubsub
 
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,21 +40,52 @@ const UnlockMessage = "0"
 // ErrClosed is returned by Subscribe after Close.
 var ErrClosed = errors.New("pubsub: hub closed")
 
-// Hub multiplexes waiters over one *redis.PubSub.
+const (
+	// healthInterval is how long a connection may stay silent before the
+	// reader pings it, and how long the ping may go unanswered before the
+	// connection is reopened.
+	healthInterval = 2 * time.Second
+	// maxBackoff bounds the pause between attempts to reach a shard again.
+	maxBackoff = 2 * time.Second
+)
+
+// Hub multiplexes waiters over shared subscriptions.
 type Hub struct {
-	open func(ctx context.Context) *redis.PubSub
+	open    func(ctx context.Context) *redis.PubSub
+	sharded bool
+	shardOf func(channel string) string
+	refresh func(ctx context.Context)
 
 	mu       sync.Mutex
-	ps       *redis.PubSub
+	shards   map[string]*shard
 	channels map[string]*channel
-	inflight map[string]int // SUBSCRIBE commands sent but not yet confirmed
 	closed   bool
 	done     sync.WaitGroup
 }
 
+// shard is one subscription connection and its bookkeeping. All fields but
+// ps and stop are guarded by the hub's mutex.
+type shard struct {
+	key  string
+	ps   *redis.PubSub
+	stop context.CancelFunc // ends the reader
+
+	// inflight counts (S)SUBSCRIBE commands sent on this connection whose
+	// confirmation has not arrived yet, per channel.
+	inflight map[string]int
+	// channels is how many channels are subscribed on this shard.
+	channels int
+	// retries counts reopenings since the last confirmation, for backoff.
+	retries int
+}
+
 type channel struct {
+	shard   *shard
 	ready   chan struct{} // closed once the subscription is confirmed
 	waiters []*Waiter     // FIFO: unlock messages go to the longest waiter
+	// moved is set when the channel was subscribed again on a new
+	// connection: its confirmation must wake every waiter.
+	moved bool
 }
 
 // Waiter is one goroutine's interest in a channel.
@@ -48,34 +96,63 @@ type Waiter struct {
 	wake  chan struct{}
 }
 
-// New returns a hub that opens its connection with open on first use.
+// New returns a classic hub: one connection, opened with open on first use,
+// and SUBSCRIBE. open must return a PubSub without channels.
 func New(open func(ctx context.Context) *redis.PubSub) *Hub {
-	return &Hub{open: open, channels: map[string]*channel{}, inflight: map[string]int{}}
+	return newHub(open, false, func(string) string { return "" }, func(context.Context) {})
 }
 
-// Subscribe registers a waiter on the named channel. The SUBSCRIBE is sent
-// before it returns; Ready is closed when Redis has confirmed it, after which
-// no message on the channel can be missed while the connection stays up.
+// NewSharded returns a hub that uses SSUBSCRIBE with one connection per
+// shard: shardOf names a channel's shard (its cluster hash slot). open must
+// return a PubSub without channels that connects, on the first SSUBSCRIBE,
+// to the node serving that channel (redis.ClusterClient.SSubscribe does).
+// refresh is called before a shard is reached again after its node failed
+// or dropped it, to have the routing table reloaded.
+func NewSharded(open func(ctx context.Context) *redis.PubSub, shardOf func(channel string) string, refresh func(ctx context.Context)) *Hub {
+	return newHub(open, true, shardOf, refresh)
+}
+
+func newHub(open func(ctx context.Context) *redis.PubSub, sharded bool, shardOf func(string) string, refresh func(context.Context)) *Hub {
+	return &Hub{
+		open: open, sharded: sharded, shardOf: shardOf, refresh: refresh,
+		shards: map[string]*shard{}, channels: map[string]*channel{},
+	}
+}
+
+// Subscribe registers a waiter on the named channel. The subscription is
+// sent before it returns; Ready is closed when Redis has confirmed it, after
+// which no message on the channel can be missed while the connection stays
+// up.
 func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, ErrClosed
 	}
-	if h.ps == nil {
-		h.ps = h.open(context.WithoutCancel(ctx))
-		msgs := h.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-		h.done.Add(1)
-		go h.dispatch(msgs)
-	}
 	ch := h.channels[name]
 	if ch == nil {
-		h.inflight[name]++
-		if err := h.ps.Subscribe(ctx, name); err != nil {
-			h.inflight[name]--
+		key := h.shardOf(name)
+		s := h.shards[key]
+		fresh := s == nil
+		if fresh {
+			s = h.newShard(ctx, key)
+		}
+		s.inflight[name]++
+		if err := h.subscribe(ctx, s.ps, name); err != nil {
+			h.settle(s, name)
+			if fresh {
+				_ = s.close()
+			}
 			return nil, err
 		}
-		ch = &channel{ready: make(chan struct{})}
+		if fresh {
+			// The reader starts only now: a go-redis cluster PubSub picks
+			// its node by the channels it has when it first connects.
+			h.shards[key] = s
+			h.start(s, nil, 0)
+		}
+		ch = &channel{shard: s, ready: make(chan struct{})}
+		s.channels++
 		h.channels[name] = ch
 	}
 	w := &Waiter{hub: h, name: name, ready: ch.ready, wake: make(chan struct{}, 1)}
@@ -91,7 +168,8 @@ func (w *Waiter) Wake() <-chan struct{} { return w.wake }
 
 // Close removes the waiter. If it was woken but did not use the wake-up
 // (consumed is false), the wake-up passes to the next waiter so that no
-// unlock message is lost. The last waiter unsubscribes the channel.
+// unlock message is lost. The last waiter unsubscribes the channel, and on
+// a sharded hub the last channel of a shard closes its connection.
 func (w *Waiter) Close(consumed bool) {
 	h := w.hub
 	h.mu.Lock()
@@ -113,14 +191,23 @@ func (w *Waiter) Close(consumed bool) {
 		}
 	default:
 	}
-	if len(ch.waiters) == 0 {
-		delete(h.channels, w.name)
-		if !h.closed {
-			// The reply is read by dispatch; an error here means the
-			// connection is down, and go-redis forgets the channel too.
-			_ = h.ps.Unsubscribe(context.Background(), w.name)
-		}
+	if len(ch.waiters) > 0 {
+		return
 	}
+	delete(h.channels, w.name)
+	s := ch.shard
+	s.channels--
+	if h.closed || h.shards[s.key] != s {
+		return
+	}
+	if h.sharded && s.channels == 0 {
+		delete(h.shards, s.key)
+		s.close()
+		return
+	}
+	// The reply is read by the reader; an error here means the connection
+	// is down, and go-redis forgets the channel too.
+	_ = h.unsubscribe(context.Background(), s.ps, w.name)
 }
 
 // Waiters reports how many waiters the hub has on a channel (for tests).
@@ -133,7 +220,15 @@ func (h *Hub) Waiters(name string) int {
 	return 0
 }
 
-// Close closes the connection and wakes every waiter.
+// Connections reports how many subscription connections the hub has open
+// or is opening (for tests).
+func (h *Hub) Connections() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.shards)
+}
+
+// Close closes every connection and wakes every waiter.
 func (h *Hub) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -144,65 +239,232 @@ func (h *Hub) Close() error {
 	for _, ch := range h.channels {
 		ch.wakeAll()
 	}
-	ps := h.ps
-	h.mu.Unlock()
-	var err error
-	if ps != nil {
-		err = ps.Close()
+	var errs []error
+	for _, s := range h.shards {
+		errs = append(errs, s.close())
 	}
+	h.shards = map[string]*shard{}
+	h.mu.Unlock()
 	h.done.Wait()
+	return errors.Join(errs...)
+}
+
+// newShard returns a shard with a new PubSub; it is not started.
+func (h *Hub) newShard(ctx context.Context, key string) *shard {
+	return &shard{key: key, ps: h.open(context.WithoutCancel(ctx)), inflight: map[string]int{}}
+}
+
+// start runs the shard's reader. h.mu must be held.
+func (h *Hub) start(s *shard, resubscribe []string, retries int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	h.done.Add(1)
+	go h.run(ctx, s, resubscribe, retries)
+}
+
+// close stops the reader and closes the connection.
+func (s *shard) close() error {
+	if s.stop != nil {
+		s.stop()
+	}
+	err := s.ps.Close()
+	if errors.Is(err, redis.ErrClosed) {
+		return nil
+	}
 	return err
 }
 
-// dispatch runs until the PubSub is closed.
-func (h *Hub) dispatch(msgs <-chan any) {
+func (h *Hub) subscribe(ctx context.Context, ps *redis.PubSub, names ...string) error {
+	if h.sharded {
+		return ps.SSubscribe(ctx, names...)
+	}
+	return ps.Subscribe(ctx, names...)
+}
+
+func (h *Hub) unsubscribe(ctx context.Context, ps *redis.PubSub, names ...string) error {
+	if h.sharded {
+		return ps.SUnsubscribe(ctx, names...)
+	}
+	return ps.Unsubscribe(ctx, names...)
+}
+
+// run reads one shard's connection until the shard is closed or replaced.
+// resubscribe are the channels of a reopened shard, subscribed first, and
+// retries how often it was reopened without success.
+func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries int) {
 	defer h.done.Done()
-	for m := range msgs {
-		h.mu.Lock()
-		switch m := m.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				h.confirmed(m.Channel)
+	if retries > 0 {
+		// The shard's node failed or gave the slot away; give the
+		// routing table a moment to learn the new owner.
+		h.refresh(ctx)
+		if !sleep(ctx, backoff(retries)) {
+			return
+		}
+	}
+	if len(resubscribe) > 0 {
+		// On error go-redis keeps the channels and resubscribes them when
+		// the reader below reconnects.
+		_ = h.subscribe(ctx, s.ps, resubscribe...)
+	}
+	pinged := false
+	failures := 0
+	for {
+		msg, err := s.ps.ReceiveTimeout(ctx, healthInterval)
+		if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+			return
+		}
+		var rerr redis.Error
+		var nerr net.Error
+		switch {
+		case err == nil:
+			pinged, failures = false, 0
+			h.handle(s, msg)
+		case errors.As(err, &rerr):
+			// An error reply to a subscription, such as MOVED for an
+			// SSUBSCRIBE sent to a node that no longer serves the slot.
+			if h.sharded {
+				h.reopen(s)
+				return
 			}
-		case *redis.Message:
-			if ch := h.channels[m.Channel]; ch != nil {
-				if m.Payload == UnlockMessage {
-					ch.wakeOne()
-				} else {
-					ch.wakeAll()
-				}
+		case errors.As(err, &nerr) && nerr.Timeout():
+			if pinged {
+				// Connected but silent: a frozen or partitioned server.
+				h.reopen(s)
+				return
+			}
+			_ = s.ps.Ping(ctx)
+			pinged = true
+		default:
+			// go-redis reconnects (and resubscribes) on the next read;
+			// do not spin while the server cannot be reached.
+			failures++
+			h.refresh(ctx)
+			if !sleep(ctx, backoff(failures)) {
+				return
 			}
 		}
-		h.mu.Unlock()
+	}
+}
+
+// handle dispatches one message from a shard's connection.
+func (h *Hub) handle(s *shard, m any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shards[s.key] != s {
+		return // replaced: its channels live on the new connection
+	}
+	switch m := m.(type) {
+	case *redis.Subscription:
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
+			h.confirmed(s, m.Channel)
+		case "unsubscribe", "sunsubscribe":
+			h.dropped(s, m.Channel)
+		}
+	case *redis.Message:
+		if ch := h.channels[m.Channel]; ch != nil {
+			if m.Payload == UnlockMessage {
+				ch.wakeOne()
+			} else {
+				ch.wakeAll()
+			}
+		}
 	}
 }
 
 // confirmed handles a subscribe confirmation. One that nobody is waiting
-// for is a resubscription after a reconnect: messages may have been lost
-// meanwhile, so every waiter on the channel tries again.
-func (h *Hub) confirmed(name string) {
+// for is a resubscription after a reconnect, and one for a channel moved to
+// a new connection ends a time without a subscription: messages may have
+// been lost meanwhile, so every waiter on the channel tries again.
+func (h *Hub) confirmed(s *shard, name string) {
+	s.retries = 0
+	ours := s.inflight[name] > 0
+	if ours {
+		h.settle(s, name)
+		if s.inflight[name] > 0 {
+			return // an older SUBSCRIBE; this channel's own is still to come
+		}
+	}
 	ch := h.channels[name]
-	if h.inflight[name] > 0 {
-		h.inflight[name]--
-		if h.inflight[name] == 0 {
-			delete(h.inflight, name)
-		}
-		if ch != nil && h.inflight[name] == 0 {
-			select {
-			case <-ch.ready:
-			default:
-				close(ch.ready)
-			}
-		}
+	if ch == nil || ch.shard != s {
 		return
 	}
-	if ch != nil {
-		select {
-		case <-ch.ready:
-		default:
-			close(ch.ready)
-		}
+	select {
+	case <-ch.ready:
+	default:
+		close(ch.ready)
+	}
+	if !ours || ch.moved {
+		ch.moved = false
 		ch.wakeAll()
+	}
+}
+
+// dropped handles an unsubscribe notice. While a channel has waiters the
+// hub does not unsubscribe it, unless an earlier use's UNSUBSCRIBE is
+// answered while this use's SUBSCRIBE is still in flight. Otherwise the
+// server dropped the subscription: a cluster does so when the channel's
+// slot moves to another shard. The shard's connection then moves to the
+// new owner.
+func (h *Hub) dropped(s *shard, name string) {
+	ch := h.channels[name]
+	if ch == nil || ch.shard != s || s.inflight[name] > 0 {
+		return
+	}
+	h.reopenLocked(s)
+}
+
+// settle records that one (S)SUBSCRIBE of name on s was answered or failed.
+func (h *Hub) settle(s *shard, name string) {
+	if s.inflight[name]--; s.inflight[name] <= 0 {
+		delete(s.inflight, name)
+	}
+}
+
+// reopen replaces a shard's connection by a new one with the same channels.
+func (h *Hub) reopen(s *shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reopenLocked(s)
+}
+
+func (h *Hub) reopenLocked(s *shard) {
+	if h.closed || h.shards[s.key] != s {
+		return
+	}
+	_ = s.close()
+	delete(h.shards, s.key)
+	if s.channels == 0 {
+		return // the next Subscribe opens a new connection
+	}
+	ns := h.newShard(context.Background(), s.key)
+	ns.channels = s.channels
+	ns.retries = min(s.retries+1, 16)
+	var names []string
+	for name, ch := range h.channels {
+		if ch.shard == s {
+			ch.shard, ch.moved = ns, true
+			ns.inflight[name]++
+			names = append(names, name)
+		}
+	}
+	h.shards[s.key] = ns
+	h.start(ns, names, ns.retries)
+}
+
+func backoff(n int) time.Duration {
+	return min(25*time.Millisecond<<min(n, 10), maxBackoff)
+}
+
+// sleep pauses for d unless ctx ends first; it reports whether it slept.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -1,0 +1,91 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// minimalACL is the smallest permission set dlock needs for locks whose
+// names start with "app:", as documented in the README: the commands
+// clients send, the commands the scripts call, the lock's keys with their
+// companions, and the lock channels.
+var minimalACL = []any{
+	"on", ">secret", "resetkeys", "resetchannels",
+	"~app:*", "~redisson_lock_token:{app:*", "~redisson_unlock_latch:{app:*", "~dlock_lock_latch:{app:*",
+	"~redisson_lock__channel:{app:*",
+	"&redisson_lock__channel:{app:*",
+	"-@all", "+hello", "+ping",
+	"+evalsha", "+eval", "+subscribe", "+unsubscribe",
+	"+exists", "+hget", "+pttl",
+	"+get", "+set", "+del", "+hexists", "+hincrby", "+pexpire", "+incr", "+publish",
+}
+
+func TestMinimalACL(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t)
+	user := "dlock-acl-" + strings.ToLower(t.Name())
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, minimalACL...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(ctx, "ACL", "DELUSER", user) })
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer rdb.Close()
+
+	name := "app:" + lockName(t)
+	holder := mustMutex(t, newClient(t, rdb), name, WithFencing())
+	wc := newClient(t, rdb)
+	waiter := mustMutex(t, wc, name)
+	l := mustLock(t, ctx, holder)
+	if ok, err := holder.IsLocked(ctx); !ok || err != nil {
+		t.Fatalf("IsLocked: %v %v", ok, err)
+	}
+	if n, err := holder.HoldCount(l); n != 1 || err != nil {
+		t.Fatalf("HoldCount: %v %v", n, err)
+	}
+	if _, err := holder.TTL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx)
+		if err == nil {
+			err = waiter.Unlock(wl)
+		}
+		got <- err
+	}()
+	ch := prefixName(channelPrefix, name)
+	eventually(t, 5*time.Second, func() error { // NUMSUB as admin: the user may not run it
+		if n, err := admin.PubSubNumSub(ctx, ch).Result(); err != nil || n[ch] == 0 || wc.hub.Waiters(ch) == 0 {
+			return errors.New("waiter not subscribed yet")
+		}
+		return nil
+	})
+	if err := holder.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not woken under the minimal ACL")
+	}
+	admin.Del(ctx, "redisson_lock_token:{"+name+"}")
+
+	// A lock outside the permitted key pattern fails with a clear error.
+	other := mustMutex(t, newClient(t, rdb), "other:"+t.Name())
+	_, err := other.Lock(ctx)
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("lock outside the ACL's keys: %v, want a NOPERM error", err)
+	}
+	if errors.Is(err, ErrNotObtained) {
+		t.Error("a permission error must not look like a busy lock")
+	}
+	t.Log(err)
+}

@@ -1,0 +1,246 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Replica sync (WithReplicaSync) narrows the window in which a failover
+// loses a lock: Redis replicates asynchronously, so a lock written to the
+// master a moment before it fails may be missing on the replica that takes
+// over, and another client then gets the same lock. After an acquire attempt
+// the Client sends WAIT on the connection that ran the script (pipelined
+// with it, so it waits for exactly that write) and, if fewer replicas than
+// asked acknowledged in time, releases what the attempt took and reports
+// ErrNotReplicated. As in Redisson (checkLockSyncedSlaves), this is not a
+// guarantee: a replica that did not acknowledge can still be promoted, and
+// one that did can lose the write if it restarts without persistence.
+// Fencing tokens are the remedy for what remains.
+
+// replicaSync is the configuration WithReplicaSync sets.
+type replicaSync struct {
+	replicas int           // 0: off
+	timeout  time.Duration // WAIT's timeout
+}
+
+func (r replicaSync) enabled() bool { return r.replicas > 0 }
+
+// maxRedirects bounds how often one synced script follows MOVED, ASK or
+// TRYAGAIN during a slot migration.
+const maxRedirects = 16
+
+func (r replicaSync) validate() error {
+	switch {
+	case r.replicas < 0 || r.replicas > 64:
+		return fmt.Errorf("%w: replica sync count %d is outside [0, 64]", ErrInvalidOption, r.replicas)
+	case r.enabled() && (r.timeout < time.Millisecond || r.timeout > time.Minute):
+		return fmt.Errorf("%w: replica sync timeout %v is outside [1ms, 1m]", ErrInvalidOption, r.timeout)
+	}
+	return nil
+}
+
+// check rejects replica sync on clients it cannot work with: WAIT must run
+// on the script's connection, which needs a node client (a plain or
+// Sentinel client, or a cluster's node), and the pipeline that carries it
+// must not time out before WAIT does.
+func (r replicaSync) check(rdb redis.UniversalClient) error {
+	if !r.enabled() {
+		return nil
+	}
+	var readTimeout time.Duration
+	switch rdb := rdb.(type) {
+	case *redis.Client:
+		readTimeout = rdb.Options().ReadTimeout
+	case *redis.ClusterClient:
+		readTimeout = rdb.Options().ReadTimeout
+	default:
+		return fmt.Errorf("%w: replica sync needs a *redis.Client (plain or Sentinel) or a *redis.ClusterClient, not %T", ErrInvalidOption, rdb)
+	}
+	if readTimeout > 0 && r.timeout >= readTimeout {
+		return fmt.Errorf("%w: replica sync timeout %v must be shorter than the Redis client's read timeout %v", ErrInvalidOption, r.timeout, readTimeout)
+	}
+	return nil
+}
+
+// replicaCheck receives the outcome of WAIT for one acquire attempt. The
+// engine puts one into the attempt's context; eval fills it in.
+type replicaCheck struct {
+	err error // wraps ErrNotReplicated; nil when replicated (or not checked)
+}
+
+type replicaCheckKey struct{}
+
+// withReplicaCheck returns ctx carrying chk, for one acquire attempt.
+func withReplicaCheck(ctx context.Context, chk *replicaCheck) context.Context {
+	return context.WithValue(ctx, replicaCheckKey{}, chk)
+}
+
+// replicaCheckFrom returns the check an attempt's context carries if c
+// syncs replicas, and nil otherwise. The check is not tied to one Client: a
+// lock made of locks on several Clients (MultiLock) passes it to each.
+func replicaCheckFrom(ctx context.Context, c *Client) *replicaCheck {
+	if !c.cfg.replicas.enabled() {
+		return nil
+	}
+	chk, _ := ctx.Value(replicaCheckKey{}).(*replicaCheck)
+	return chk
+}
+
+// attempt makes one acquire attempt and, when it took the lock but the
+// write did not reach enough replicas, gives the hold back and returns an
+// error wrapping ErrNotReplicated.
+func (h *handle) attempt(ctx context.Context, req request) (attemptResult, error) {
+	var chk replicaCheck
+	res, err := h.kind.attempt(withReplicaCheck(ctx, &chk), req)
+	if err != nil || !res.acquired || chk.err == nil {
+		return res, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rel := request{owner: req.owner, id: h.c.newRequest(), lease: req.lease}
+	if _, err := h.kind.release(rctx, rel); err != nil {
+		return attemptResult{}, fmt.Errorf("%w; giving the lock back failed too, it expires with its lease: %w", chk.err, err)
+	}
+	return attemptResult{}, chk.err
+}
+
+// evalSynced runs a script and WAIT in one pipeline on the node that serves
+// keys[0], and records in chk whether enough replicas acknowledged. It
+// follows cluster redirects itself, since the pipeline runs on one node's
+// client, and falls back from EVALSHA to EVAL on NOSCRIPT (the script cache
+// is empty after a failover or SCRIPT FLUSH).
+func (c *Client) evalSynced(ctx context.Context, chk *replicaCheck, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	node, err := c.nodeFor(ctx, keys[0])
+	if err != nil {
+		return errCmd(ctx, err)
+	}
+	asking := false
+	for attempt := 1; ; attempt++ {
+		cmd, wait := runWithWait(ctx, node, asking, s, keys, args, c.cfg.replicas)
+		err := cmd.Err()
+		if err == nil {
+			chk.err = c.cfg.replicas.judge(wait)
+			return cmd
+		}
+		cc, ok := c.rdb.(*redis.ClusterClient)
+		if !ok || attempt == maxRedirects {
+			return cmd
+		}
+		moved, movedOK := redis.IsMovedError(err)
+		ask, askOK := redis.IsAskError(err)
+		switch {
+		case movedOK || askOK:
+			cc.ReloadState(ctx)
+			addr := moved
+			if askOK {
+				addr = ask
+			}
+			if node, err = nodeAt(ctx, cc, addr); err != nil {
+				return cmd
+			}
+			asking = askOK
+		case redis.IsTryAgainError(err) || redis.IsClusterDownError(err):
+			// A multi-key script during a migration, or a cluster
+			// electing a new master: wait a little and try again.
+			if !sleepCtx(ctx, time.Duration(attempt)*10*time.Millisecond) {
+				return cmd
+			}
+			if node, err = c.nodeFor(ctx, keys[0]); err != nil {
+				return cmd
+			}
+			asking = false
+		default:
+			return cmd
+		}
+	}
+}
+
+// runWithWait pipelines [ASKING,] EVALSHA and WAIT on node's connection,
+// and again with EVAL if the script was not loaded.
+func runWithWait(ctx context.Context, node *redis.Client, asking bool, s *redis.Script, keys []string, args []any, r replicaSync) (*redis.Cmd, *redis.IntCmd) {
+	run := func(eval func(pipe redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.IntCmd) {
+		pipe := node.Pipeline()
+		if asking {
+			pipe.Do(ctx, "asking")
+		}
+		cmd := eval(pipe)
+		wait := redis.NewIntCmd(ctx, "wait", r.replicas, r.timeout.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+		_, _ = pipe.Exec(ctx) // errors are on the commands
+		return cmd, wait
+	}
+	cmd, wait := run(func(pipe redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, pipe, keys, args...) })
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd, wait = run(func(pipe redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, pipe, keys, args...) })
+	}
+	return cmd, wait
+}
+
+// judge turns WAIT's reply into the check's outcome.
+func (r replicaSync) judge(wait *redis.IntCmd) error {
+	n, err := wait.Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: WAIT failed: %w", ErrNotReplicated, err)
+	case n < int64(r.replicas):
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, n, r.replicas, r.timeout)
+	}
+	return nil
+}
+
+// nodeFor returns the client of the node that serves key: the master of
+// its slot on a cluster, otherwise the client itself (a Sentinel client
+// always talks to the current master).
+func (c *Client) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch rdb := c.rdb.(type) {
+	case *redis.ClusterClient:
+		return rdb.MasterForKey(ctx, key)
+	case *redis.Client:
+		return rdb, nil
+	}
+	return nil, fmt.Errorf("replica sync is not supported on %T", c.rdb)
+}
+
+// nodeAt returns the cluster's client for the node at addr, named by a
+// MOVED or ASK reply.
+func nodeAt(ctx context.Context, cc *redis.ClusterClient, addr string) (*redis.Client, error) {
+	var found *redis.Client
+	done := errors.New("found")
+	err := cc.ForEachShard(ctx, func(_ context.Context, node *redis.Client) error {
+		if strings.EqualFold(node.Options().Addr, addr) {
+			found = node
+			return done
+		}
+		return nil
+	})
+	if found != nil {
+		return found, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("no cluster node at %s", addr)
+	}
+	return nil, err
+}
+
+func errCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// sleepCtx pauses for d unless ctx ends first; it reports whether it slept.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
