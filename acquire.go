@@ -86,6 +86,9 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 			return nil, h.gaveUp(ctx, req, last)
 		}
 		if c.isClosed() {
+			// The Redis client may still work: leave the queue rather
+			// than hold it up like a dead process until our deadline.
+			h.abandon(ctx, req)
 			return nil, ErrClosed
 		}
 	}

@@ -23,6 +23,10 @@ const (
 
 	// MaxLease is the longest lease dlock accepts.
 	MaxLease = 30 * 24 * time.Hour
+
+	// DefaultFairWaitTimeout is how long a FairMutex waiter may stay silent
+	// before the others skip it: Redisson's fairLockWaitTimeout.
+	DefaultFairWaitTimeout = 5 * time.Minute
 )
 
 // minWatchdogTimeout keeps the renewal interval above a few milliseconds.
@@ -124,6 +128,7 @@ type lockConfig struct {
 	hasLease    bool
 	fenced      bool
 	nodeTimeout time.Duration // RedLock: bound on each node's reply; 0 means the default
+	fairWait    time.Duration // FairMutex: WithFairWaitTimeout; 0 means the default
 }
 
 func (c lockConfig) validate() error {
@@ -132,6 +137,9 @@ func (c lockConfig) validate() error {
 	}
 	if c.nodeTimeout < 0 {
 		return fmt.Errorf("%w: node timeout %v is negative", ErrInvalidOption, c.nodeTimeout)
+	}
+	if c.fairWait != 0 && (c.fairWait < 2*time.Millisecond || c.fairWait > MaxLease) {
+		return fmt.Errorf("%w: fair wait timeout %v is outside [2ms, %v]", ErrInvalidOption, c.fairWait, MaxLease)
 	}
 	return nil
 }
@@ -161,4 +169,14 @@ func WithFencing() LockOption {
 // default is DefaultNodeTimeout (100 ms). Other lock kinds ignore it.
 func WithNodeTimeout(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.nodeTimeout = d }
+}
+
+// WithFairWaitTimeout sets how long a FairMutex waiter may go without
+// showing it is alive (a waiting Lock shows it at least every d/2) before
+// the waiters behind it skip it: the most a waiter whose process died can
+// hold up the queue once the lock is free. The default is
+// DefaultFairWaitTimeout (5 min), Redisson's fairLockWaitTimeout. Other
+// lock kinds ignore it.
+func WithFairWaitTimeout(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.fairWait = d }
 }

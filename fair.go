@@ -1,0 +1,117 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// FairMutex is a reentrant distributed lock that grants waiters in the
+// order they asked, across Clients: Redisson FairLock's semantics and data
+// layout. The lock is a hash like the Mutex's; waiters queue in the list
+// redisson_lock_queue:{name}, with deadlines in the zset
+// redisson_lock_timeout:{name}, and each waits on its own channel
+// redisson_lock__channel:{name}:<owner>, so an unlock wakes only the head of
+// the queue. A Go FairMutex and a Java RFairLock on the same name share one
+// queue.
+//
+// Lock joins the queue; TryLock never does, and fails while anyone is
+// queued. A waiter whose ctx ends leaves the queue at once, and the
+// waiters behind it move up without their deadlines drifting. A waiter
+// whose process died is skipped once its deadline has passed: at most the
+// fair wait timeout (WithFairWaitTimeout, default 5 min) after the lock was
+// freed. A live waiter keeps its place however long the holder holds the
+// lock, because each attempt pushes its deadline forward; a waiting Lock
+// attempts at least every half fair wait timeout.
+//
+// Reentrancy, leases, the watchdog, lock contexts and fencing are as for
+// the Mutex. A FairMutex is safe for concurrent use.
+type FairMutex struct {
+	handle
+}
+
+// NewFairMutex returns a handle on the fair lock called name. It talks to
+// Redis only when used. Options: WithLease, WithFencing,
+// WithFairWaitTimeout.
+func (c *Client) NewFairMutex(name string, opts ...LockOption) (*FairMutex, error) {
+	// The kind needs the handle's options, so it is made once they are read.
+	h, err := c.newHandle(name, opts, func(string) kind { return nil })
+	if err != nil {
+		return nil, err
+	}
+	wait := h.cfg.fairWait
+	if wait == 0 {
+		wait = DefaultFairWaitTimeout
+	}
+	h.kind = newFairKind(c, name, wait)
+	return &FairMutex{h}, nil
+}
+
+// Key prefixes of Redisson's fair lock.
+const (
+	fairQueuePrefix    = "redisson_lock_queue"
+	fairDeadlinePrefix = "redisson_lock_timeout"
+)
+
+// fairKind holds the Redis names and the wait timeout of one fair lock.
+type fairKind struct {
+	c             *Client
+	name          string
+	queue         string // list of waiting owners, head first
+	deadlines     string // zset: waiting owner -> deadline in ms
+	channelPrefix string // a waiter's channel is channelPrefix:<owner>
+	token         string
+	wait          int64 // fair wait timeout in ms
+}
+
+func newFairKind(c *Client, name string, wait time.Duration) *fairKind {
+	return &fairKind{
+		c:             c,
+		name:          name,
+		queue:         prefixName(fairQueuePrefix, name),
+		deadlines:     prefixName(fairDeadlinePrefix, name),
+		channelPrefix: prefixName(channelPrefix, name),
+		token:         prefixName(tokenPrefix, name),
+		wait:          millis(wait),
+	}
+}
+
+func (k *fairKind) key() string                 { return k.name }
+func (k *fairKind) field(owner string) string   { return owner }
+func (k *fairKind) role() string                { return "" }
+func (k *fairKind) renewer() renewer            { return hashRenewer{} }
+func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" + owner }
+
+func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
+	keys := []string{k.name, k.queue, k.deadlines, k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
+	res, err := k.c.eval(ctx, scripts.FairAcquire, keys,
+		millis(r.lease), r.owner, k.wait, boolArg(r.wait), boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return parseAttempt(res)
+}
+
+func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
+	n, err := k.c.eval(ctx, scripts.FairRelease, keys,
+		unlockMessage, millis(r.lease), r.owner, k.c.publish, millis(k.c.cfg.latchTTL), k.wait).Int64()
+	if err != nil {
+		return 0, err
+	}
+	return parseRelease(n), nil
+}
+
+// abandon takes a waiter that gave up out of the queue.
+func (k *fairKind) abandon(ctx context.Context, r request) error {
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
+	return k.c.eval(ctx, scripts.FairAbandon, keys, r.owner, k.wait, unlockMessage, k.c.publish).Err()
+}
+
+func (k *fairKind) forceRelease(ctx context.Context) (bool, error) {
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, prefixName(unlockLatchPrefix, k.name) + ":" + k.c.newRequest()}
+	n, err := k.c.eval(ctx, scripts.FairForceRelease, keys,
+		unlockMessage, k.c.publish, k.wait, millis(k.c.cfg.latchTTL)).Int64()
+	return n == 1, err
+}

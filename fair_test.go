@@ -1,0 +1,725 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// mustFair makes a FairMutex or fails the test.
+func mustFair(t testing.TB, c *Client, name string, opts ...LockOption) *FairMutex {
+	t.Helper()
+	m, err := c.NewFairMutex(name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fairQueue returns the owners queued for the fair lock name, head first.
+func fairQueue(t testing.TB, rdb redis.UniversalClient, name string) []string {
+	t.Helper()
+	q, err := rdb.LRange(context.Background(), prefixName(fairQueuePrefix, name), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// fairDeadline returns owner's deadline in the fair lock's zset.
+func fairDeadline(t testing.TB, rdb redis.UniversalClient, name, owner string) (ms int64, ok bool) {
+	t.Helper()
+	d, err := rdb.ZScore(context.Background(), prefixName(fairDeadlinePrefix, name), owner).Result()
+	if isNil(err) {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(d), true
+}
+
+// waitForQueue waits until n owners are queued for the fair lock name and
+// returns them.
+func waitForQueue(t testing.TB, rdb redis.UniversalClient, name string, n int) []string {
+	t.Helper()
+	var q []string
+	eventually(t, 5*time.Second, func() error {
+		if q = fairQueue(t, rdb, name); len(q) != n {
+			return fmt.Errorf("queue %v, want %d waiters", q, n)
+		}
+		return nil
+	})
+	return q
+}
+
+// noChannelsLeft registers a check, run when the test ends, that nobody is
+// subscribed to any channel of the lock name (the fair lock's per-waiter
+// channels, the read-write lock's channel). Call it after lockName and
+// before making Clients, so that it runs after they are closed.
+func noChannelsLeft(t testing.TB, name string) {
+	t.Helper()
+	rdb := newRedis(t)
+	t.Cleanup(func() {
+		eventually(t, 5*time.Second, func() error {
+			chs, err := rdb.PubSubChannels(context.Background(), "*"+name+"*").Result()
+			if err != nil {
+				return err
+			}
+			if len(chs) != 0 {
+				return fmt.Errorf("channels still subscribed: %v", chs)
+			}
+			return nil
+		})
+	})
+}
+
+// fairNotices subscribes to every waiter channel of the fair lock name.
+// The function it returns gives the owners woken since the last call, in
+// order, and checks that each notice was an unlock message.
+func fairNotices(t *testing.T, name string) func() []string {
+	t.Helper()
+	ctx := context.Background()
+	prefix := prefixName(channelPrefix, name) + ":"
+	rdb := newRedis(t)
+	watch := rdb.PSubscribe(ctx, prefix+"*")
+	t.Cleanup(func() { _ = watch.Close() })
+	if _, err := watch.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return func() []string {
+		t.Helper()
+		// Messages arrive in order: once a marker published now is back,
+		// every earlier notice is in.
+		marker := prefix + "marker"
+		if err := rdb.Publish(ctx, marker, "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		var woken []string
+		for {
+			msg, err := watch.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg.Channel == marker {
+				return woken
+			}
+			if msg.Payload != unlockMessage {
+				t.Errorf("message %q on %s", msg.Payload, msg.Channel)
+			}
+			woken = append(woken, strings.TrimPrefix(msg.Channel, prefix))
+		}
+	}
+}
+
+// fairWaiter starts a Lock on m in a goroutine and waits until it is the
+// n-th owner in the queue. It returns the owner and a channel that gets the
+// lock context (or nil after an error, reported to t).
+func fairWaiter(t *testing.T, ctx context.Context, m *FairMutex, n int) (string, <-chan context.Context) {
+	t.Helper()
+	got := make(chan context.Context, 1)
+	go func() {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+			l = nil
+		}
+		got <- l
+	}()
+	q := waitForQueue(t, m.c.rdb, m.Name(), n)
+	return q[n-1], got
+}
+
+// TestFairGrantOrder: waiters from two Clients are granted the lock in the
+// order they queued, and each unlock publishes exactly one message, on the
+// next waiter's own channel.
+func TestFairGrantOrder(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	notices := fairNotices(t, name)
+	cs := []*Client{newClient(t, nil), newClient(t, nil)}
+	holder := mustFair(t, cs[0], name)
+	held := mustLock(t, ctx, holder)
+
+	const n = 6
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	owners := make([]string, n)
+	for i := range n {
+		m := mustFair(t, cs[i%2], name)
+		owner, lc := fairWaiter(t, ctx, m, i+1)
+		owners[i] = owner
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := <-lc
+			if l == nil {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := m.Unlock(l); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(order, want) {
+		t.Errorf("grant order %v, want %v", order, want)
+	}
+
+	// n unlocks freed the lock; all but the last had a waiter to wake.
+	if woken := notices(); !slices.Equal(woken, owners) {
+		t.Errorf("unlocks woke %v, want each waiter once, in order: %v", woken, owners)
+	}
+	if q := fairQueue(t, cs[0].rdb, name); len(q) != 0 {
+		t.Errorf("queue left: %v", q)
+	}
+}
+
+// TestFairMutualExclusion: 4 goroutines on each of 2 Clients increment a
+// counter with a non-atomic GET then SET under the fair lock.
+func TestFairMutualExclusion(t *testing.T) {
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	rdb := newRedis(t)
+	counter := name + ":counter"
+	const clients, workers, total = 2, 4, 400
+	var wg sync.WaitGroup
+	var inside, overlaps atomic.Int32
+	for range clients {
+		m := mustFair(t, newClient(t, nil), name)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := context.Background()
+				for range total / (clients * workers) {
+					l, err := m.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					n, _ := rdb.Get(ctx, counter).Int()
+					rdb.Set(ctx, counter, n+1, 0)
+					inside.Add(-1)
+					if err := m.Unlock(l); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if n, _ := rdb.Get(context.Background(), counter).Int(); n != total {
+		t.Errorf("counter = %d, want %d", n, total)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d overlapping holds seen", overlaps.Load())
+	}
+	if q := fairQueue(t, rdb, name); len(q) != 0 {
+		t.Errorf("queue left: %v", q)
+	}
+}
+
+// TestFairTryLockDoesNotQueue: TryLock never joins the queue, and does not
+// jump it either: a free lock with a waiter ahead is not for TryLock.
+func TestFairTryLockDoesNotQueue(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	c := newClient(t, nil)
+	m := mustFair(t, c, name)
+	held := mustLock(t, ctx, m)
+	if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock of a held lock: %v, want ErrNotObtained", err)
+	}
+	if q := fairQueue(t, c.rdb, name); len(q) != 0 {
+		t.Fatalf("TryLock queued: %v", q)
+	}
+	// A waiter that never comes back (a dead process) is queued, then the
+	// lock is freed: it is that waiter's turn, not TryLock's.
+	k := m.kind.(*fairKind)
+	dead := request{owner: "dead:1", id: c.newRequest(), lease: time.Second, wait: true}
+	if res, err := k.attempt(ctx, dead); err != nil || res.acquired {
+		t.Fatalf("dead waiter's attempt: %+v, %v", res, err)
+	}
+	if err := m.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock with a waiter ahead: %v, want ErrNotObtained", err)
+	}
+	if err := k.abandon(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock of a free lock with an empty queue: %v", err)
+	}
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairDeadWaiterSkipped: a waiter that stops coming back is skipped
+// once its deadline, the fair wait timeout after the unlock, has passed;
+// not before.
+func TestFairDeadWaiterSkipped(t *testing.T) {
+	ctx := context.Background()
+	const wait = 500 * time.Millisecond
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	holder := mustFair(t, c, name, WithFairWaitTimeout(wait))
+	held := mustLock(t, ctx, holder)
+	k := holder.kind.(*fairKind)
+	if _, err := k.attempt(ctx, request{owner: "dead:1", id: c.newRequest(), lease: time.Second, wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	live := mustFair(t, newClient(t, nil), name, WithFairWaitTimeout(wait))
+	_, got := fairWaiter(t, ctx, live, 2)
+
+	unlocked := time.Now()
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		d := time.Since(unlocked)
+		t.Logf("live waiter acquired %v after the unlock (fair wait timeout %v)", d, wait)
+		if d < wait*4/5 {
+			t.Errorf("the live waiter jumped the dead one after %v, before its deadline", d)
+		}
+		if l != nil {
+			if err := live.Unlock(l); err != nil {
+				t.Error(err)
+			}
+		}
+	case <-time.After(wait + 5*time.Second):
+		t.Fatal("the dead waiter blocked the queue past its deadline")
+	}
+	if q := fairQueue(t, c.rdb, name); len(q) != 0 {
+		t.Errorf("queue left: %v", q)
+	}
+	if _, ok := fairDeadline(t, c.rdb, name, "dead:1"); ok {
+		t.Error("the dead waiter's deadline is still there")
+	}
+}
+
+// TestFairLiveWaitersKeepPlace: waiters that wait many fair wait timeouts,
+// because the holder holds that long, are not dropped as dead (Redisson
+// #3004): the unlock still wakes the first of them, and they keep their
+// order. The holder's short watchdog timeout keeps the lock's TTL, from
+// which the waiters' deadlines start, short.
+func TestFairLiveWaitersKeepPlace(t *testing.T) {
+	ctx := context.Background()
+	const wait = 200 * time.Millisecond
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	notices := fairNotices(t, name)
+	c := newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond))
+	holder := mustFair(t, c, name, WithFairWaitTimeout(wait))
+	held := mustLock(t, ctx, holder)
+	w1 := mustFair(t, newClient(t, nil), name, WithFairWaitTimeout(wait))
+	w2 := mustFair(t, newClient(t, nil), name, WithFairWaitTimeout(wait))
+	o1, got1 := fairWaiter(t, ctx, w1, 1)
+	o2, got2 := fairWaiter(t, ctx, w2, 2)
+
+	// Hold for many fair wait timeouts, checking the queue throughout.
+	for end := time.Now().Add(8 * wait); time.Now().Before(end); time.Sleep(wait / 4) {
+		if q := fairQueue(t, c.rdb, name); !slices.Equal(q, []string{o1, o2}) {
+			t.Fatalf("queue %v during a long hold, want [%s %s]", q, o1, o2)
+		}
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l1 := <-got1
+	if l1 == nil {
+		t.FailNow()
+	}
+	if woken := notices(); !slices.Equal(woken, []string{o1}) {
+		t.Errorf("the unlock woke %v, want the first waiter %s", woken, o1)
+	}
+	select {
+	case <-got2:
+		t.Fatal("the second waiter got the lock while the first held it")
+	default:
+	}
+	if err := w1.Unlock(l1); err != nil {
+		t.Fatal(err)
+	}
+	if l2 := <-got2; l2 != nil {
+		if err := w2.Unlock(l2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if woken := notices(); !slices.Equal(woken, []string{o2}) {
+		t.Errorf("the second unlock woke %v, want %s", woken, o2)
+	}
+}
+
+// TestFairCancelledWaiterLeaves: a waiter whose ctx ends leaves the queue
+// before Lock returns, and the waiters behind it move up by exactly one
+// wait (no drift).
+func TestFairCancelledWaiterLeaves(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	holder := mustFair(t, c, name)
+	held := mustLock(t, ctx, holder)
+	wc := newClient(t, nil)
+	m := mustFair(t, wc, name)
+	o1, got1 := fairWaiter(t, ctx, m, 1)
+
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(cctx)
+		errc <- err
+	}()
+	q := waitForQueue(t, c.rdb, name, 2)
+	o2 := q[1]
+	o3, got3 := fairWaiter(t, ctx, m, 3)
+	before, _ := fairDeadline(t, c.rdb, name, o3)
+
+	cancel()
+	if err := <-errc; !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v", err)
+	}
+	if q := fairQueue(t, c.rdb, name); !slices.Equal(q, []string{o1, o3}) {
+		t.Errorf("queue after the cancel %v, want [%s %s]", q, o1, o3)
+	}
+	if _, ok := fairDeadline(t, c.rdb, name, o2); ok {
+		t.Error("the cancelled waiter's deadline is still there")
+	}
+	after, _ := fairDeadline(t, c.rdb, name, o3)
+	if want := before - DefaultFairWaitTimeout.Milliseconds(); after != want {
+		t.Errorf("deadline behind the cancelled waiter %d -> %d, want %d", before, after, want)
+	}
+
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range []<-chan context.Context{got1, got3} {
+		if l := <-got; l != nil {
+			if err := m.Unlock(l); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// TestFairAbandonWakesNextHead: when the head of a free lock's queue gives
+// up, the next waiter is woken at once rather than when its timer runs out.
+func TestFairAbandonWakesNextHead(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	holder := mustFair(t, c, name)
+	held := mustLock(t, ctx, holder)
+	k := holder.kind.(*fairKind)
+	head := request{owner: "head:1", id: c.newRequest(), lease: time.Second, wait: true}
+	if _, err := k.attempt(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	next := mustFair(t, newClient(t, nil), name)
+	_, got := fairWaiter(t, ctx, next, 2)
+	// The unlock wakes "head:1", which does not come; the next waiter would
+	// sleep until the lease or the head's deadline.
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	left := time.Now()
+	if err := k.abandon(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		t.Logf("next waiter acquired %v after the head left", time.Since(left))
+		if l != nil {
+			_ = next.Unlock(l)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("next waiter not woken when the head left the queue")
+	}
+}
+
+// TestFairCloseLeavesQueue: a Client closed while one of its Locks waits
+// takes that waiter out of the queue.
+func TestFairCloseLeavesQueue(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	holder := mustFair(t, c, name)
+	held := mustLock(t, ctx, holder)
+	defer holder.Unlock(held)
+	wc := newClient(t, nil)
+	m := mustFair(t, wc, name)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(ctx)
+		errc <- err
+	}()
+	waitForQueue(t, c.rdb, name, 1)
+	if err := wc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Errorf("waiting Lock: %v, want ErrClosed", err)
+	}
+	if q := fairQueue(t, c.rdb, name); len(q) != 0 {
+		t.Errorf("queue after Close: %v", q)
+	}
+}
+
+func TestFairReentrancy(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	m := mustFair(t, c, name)
+	l1 := mustLock(t, ctx, m)
+	// A waiter in the queue does not stop the holder from re-entering.
+	other := mustFair(t, newClient(t, nil), name)
+	_, got := fairWaiter(t, ctx, other, 1)
+	l2 := mustLock(t, l1, m)
+	if n, err := m.HoldCount(l2); n != 2 || err != nil {
+		t.Fatalf("HoldCount = %d, %v; want 2", n, err)
+	}
+	if err := m.Unlock(l2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+		t.Fatal("the waiter got the lock before the last Unlock")
+	default:
+	}
+	if err := m.Unlock(l1); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-got; l != nil {
+		if err := other.Unlock(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Unlock(l1); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("extra Unlock: %v, want ErrNotHeld", err)
+	}
+	if n := c.watchdog.Len(); n != 0 {
+		t.Errorf("watchdog still renews %d locks", n)
+	}
+}
+
+// TestFairLostNotice: the waiter's pub/sub connection is killed before the
+// unlock is published; it must still acquire long before the holder's 30 s
+// lease would run out.
+func TestFairLostNotice(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	holder := mustFair(t, newClient(t, nil), name)
+	wc := newClient(t, nil)
+	waiter := mustFair(t, wc, name)
+	held := mustLock(t, ctx, holder)
+	owner, got := fairWaiter(t, ctx, waiter, 1)
+	waitForSubscriber(t, wc, waiter.kind.channel(owner))
+	if err := wc.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l != nil {
+			_ = waiter.Unlock(l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter did not acquire after its pub/sub connection was killed")
+	}
+}
+
+// waitForSubscriber waits until some goroutine of c waits on channel with
+// a confirmed subscription.
+func waitForSubscriber(t testing.TB, c *Client, channel string) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() error {
+		if c.hub.Waiters(channel) == 0 {
+			return errors.New("no waiter yet")
+		}
+		n, err := c.rdb.PubSubNumSub(context.Background(), channel).Result()
+		if err != nil || n[channel] == 0 {
+			return fmt.Errorf("not subscribed yet (%v)", err)
+		}
+		return nil
+	})
+}
+
+// TestFairLeaseAndWatchdog: a fixed lease runs out and the holder is told;
+// a waiter gets the lock then without an unlock message. The watchdog
+// keeps a lock without a lease.
+func TestFairLeaseAndWatchdog(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	const timeout = 300 * time.Millisecond
+	c := newClient(t, nil, WithWatchdogTimeout(timeout))
+	leased := mustFair(t, c, name, WithLease(300*time.Millisecond))
+	l := mustLock(t, ctx, leased)
+	waiter := mustFair(t, c, name)
+	_, got := fairWaiter(t, ctx, waiter, 1)
+	<-l.Done()
+	if !errors.Is(context.Cause(l), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
+	}
+	var wl context.Context
+	select {
+	case wl = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter did not get the lock after the lease ran out")
+	}
+	if wl == nil {
+		t.FailNow()
+	}
+	// The waiter holds without a lease: the watchdog renews it.
+	for end := time.Now().Add(4 * timeout); time.Now().Before(end); time.Sleep(timeout / 10) {
+		if wl.Err() != nil {
+			t.Fatalf("lock context ended: %v", context.Cause(wl))
+		}
+	}
+	if ttl, _ := waiter.TTL(ctx); ttl <= 0 {
+		t.Error("lock expired while the watchdog should renew it")
+	}
+	if err := waiter.Unlock(wl); err != nil {
+		t.Fatal(err)
+	}
+	if err := leased.Unlock(l); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock after the lease: %v, want ErrNotHeld", err)
+	}
+}
+
+func TestFairFencing(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	a := mustFair(t, newClient(t, nil), name, WithFencing())
+	b := mustFair(t, newClient(t, nil), name, WithFencing())
+	var last int64
+	next := func(l context.Context) {
+		t.Helper()
+		tok, ok := Token(l)
+		if !ok || tok <= last {
+			t.Fatalf("token %d (ok %v) after %d: not strictly increasing", tok, ok, last)
+		}
+		last = tok
+	}
+	for range 3 {
+		la := mustLock(t, ctx, a)
+		next(la)
+		la2 := mustLock(t, la, a) // reentrant acquisitions take a token too
+		next(la2)
+		_, got := fairWaiter(t, ctx, b, 1) // a queued grant too
+		_ = a.Unlock(la2)
+		_ = a.Unlock(la)
+		lb := <-got
+		if lb == nil {
+			t.FailNow()
+		}
+		next(lb)
+		_ = b.Unlock(lb)
+	}
+	if v, _ := a.c.rdb.Get(ctx, prefixName(tokenPrefix, name)).Int64(); v != last {
+		t.Errorf("token key = %d, want %d", v, last)
+	}
+}
+
+func TestFairForceUnlockWakesHead(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	holder := mustFair(t, newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond)), name)
+	l := mustLock(t, ctx, holder)
+	waiter := mustFair(t, newClient(t, nil), name)
+	_, got := fairWaiter(t, ctx, waiter, 1)
+	if ok, err := waiter.ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	select {
+	case wl := <-got:
+		if wl != nil {
+			_ = waiter.Unlock(wl)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("head waiter not woken by ForceUnlock")
+	}
+	<-l.Done()
+	if !errors.Is(context.Cause(l), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
+	}
+	if ok, _ := waiter.ForceUnlock(ctx); ok {
+		t.Error("ForceUnlock of a free lock reported a deletion")
+	}
+}
+
+func TestNewFairMutexRejectsBadInput(t *testing.T) {
+	c := newClient(t, nil)
+	for _, name := range []string{"", "a}b", "x{}"} {
+		if _, err := c.NewFairMutex(name); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("NewFairMutex(%q): %v, want ErrInvalidName", name, err)
+		}
+	}
+	for _, o := range []LockOption{
+		WithFairWaitTimeout(-time.Second), WithFairWaitTimeout(time.Millisecond),
+		WithFairWaitTimeout(MaxLease + time.Second), WithLease(0),
+	} {
+		if _, err := c.NewFairMutex("ok", o); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("bad option: %v, want ErrInvalidOption", err)
+		}
+	}
+	var nilClient *Client
+	if _, err := nilClient.NewFairMutex("ok"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("nil Client: %v", err)
+	}
+	m, err := c.NewFairMutex("order:{42}:pay", WithFairWaitTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := m.kind.(*fairKind)
+	for _, key := range []string{k.queue, k.deadlines, k.channel("o:1"), k.token} {
+		if slot(key) != slot(m.Name()) {
+			t.Errorf("key %q is not in the lock's slot", key)
+		}
+	}
+	if k.queue != "redisson_lock_queue:order:{42}:pay" || k.channel("u:1") != "redisson_lock__channel:order:{42}:pay:u:1" {
+		t.Errorf("names %q %q are not Redisson's", k.queue, k.channel("u:1"))
+	}
+	c2 := newClient(t, nil)
+	_ = c2.Close()
+	if _, err := c2.NewFairMutex("ok"); !errors.Is(err, ErrClosed) {
+		t.Errorf("NewFairMutex after Close: %v", err)
+	}
+}

@@ -1,0 +1,39 @@
+-- fair_abandon.lua: take a waiter that stopped waiting out of a fair lock's
+-- queue (Redisson's acquireFailed). Runs after fair_queue.lua. The waiters
+-- behind it move up one place, so their deadlines do not drift (Redisson
+-- #1104, #2099); if it was the head of a free lock, the next head is woken
+-- in its place. Running it twice changes nothing more, so it needs no latch.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the waiting queue (redisson_lock_queue:{name})
+-- KEYS[3]  the waiters' deadlines (redisson_lock_timeout:{name})
+-- KEYS[4]  the waiters' channel prefix (redisson_lock__channel:{name})
+-- ARGV[1]  owner
+-- ARGV[2]  fair wait timeout in milliseconds
+-- ARGV[3]  message to wake a waiter with ("0")
+-- ARGV[4]  publish command: "publish" or "spublish"
+--
+-- Returns 1 when the owner was in the queue, 0 when not.
+local wait = tonumber(ARGV[2])
+local queue = redis.call('lrange', KEYS[2], 0, -1)
+redis.call('zrem', KEYS[3], ARGV[1])
+local at
+for i, w in ipairs(queue) do
+  if w == ARGV[1] then
+    at = i
+    break
+  end
+end
+if not at then
+  return 0
+end
+redis.call('lrem', KEYS[2], 0, ARGV[1])
+for i = at + 1, #queue do
+  redis.call('zincrby', KEYS[3], -wait, queue[i])
+end
+if at == 1 and redis.call('exists', KEYS[1]) == 0 then
+  local now = nowMillis()
+  purge(KEYS[1], KEYS[2], KEYS[3], now, nil)
+  wakeHead(KEYS[2], KEYS[3], KEYS[4], now, wait, ARGV[3], ARGV[4])
+end
+return 1

@@ -1,0 +1,110 @@
+-- fair_acquire.lua: one attempt at a fair lock (Redisson FairLock layout).
+-- Runs after fair_queue.lua.
+--
+-- KEYS[1]  the lock hash: field <owner> -> hold count
+-- KEYS[2]  the waiting queue (redisson_lock_queue:{name})
+-- KEYS[3]  the waiters' deadlines (redisson_lock_timeout:{name})
+-- KEYS[4]  the fencing token counter (redisson_lock_token:{name})
+-- KEYS[5]  this request's latch (makes a re-sent command a no-op)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner, <clientUUID>:<n>
+-- ARGV[3]  fair wait timeout in milliseconds
+-- ARGV[4]  "1" to join the queue when the lock cannot be taken, "0" not to
+--          (TryLock)
+-- ARGV[5]  "1" to increment the fencing token, "0" not to
+-- ARGV[6]  latch lifetime in milliseconds
+--
+-- Returns {1, token} when the lock was taken (token 0 when not fenced),
+-- {0, ms} when not: how long to sleep before trying again unless woken.
+local done = redis.call('get', KEYS[5])
+if done then
+  return {1, tonumber(done)}
+end
+local lease = tonumber(ARGV[1])
+local owner = ARGV[2]
+local wait = tonumber(ARGV[3])
+local now = nowMillis()
+purge(KEYS[1], KEYS[2], KEYS[3], now, owner)
+
+local function grant()
+  redis.call('hincrby', KEYS[1], owner, 1)
+  redis.call('pexpire', KEYS[1], lease)
+  local token = 0
+  if ARGV[5] == '1' then
+    token = redis.call('incr', KEYS[4])
+  end
+  redis.call('set', KEYS[5], token, 'px', ARGV[6])
+  return {1, token}
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+  local head = redis.call('lindex', KEYS[2], 0)
+  if not head then
+    return grant()
+  end
+  if head == owner then
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], owner)
+    -- Everyone moves up one place.
+    for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+      redis.call('zincrby', KEYS[3], -wait, w)
+    end
+    return grant()
+  end
+elseif redis.call('hexists', KEYS[1], owner) == 1 then
+  return grant()
+end
+
+local held = math.max(redis.call('pttl', KEYS[1]), 0) -- -2 free, -1 no TTL
+if ARGV[4] ~= '1' then
+  return {0, held}
+end
+
+local deadline = redis.call('zscore', KEYS[3], owner)
+if not deadline then
+  -- Join at the tail: one wait after the last waiter's deadline, and at
+  -- least one wait after the lock's expiry.
+  local base = now + held
+  local last = redis.call('lindex', KEYS[2], -1)
+  if last then
+    local d = redis.call('zscore', KEYS[3], last)
+    if d then
+      base = math.max(base, tonumber(d))
+    end
+  end
+  redis.call('zadd', KEYS[3], base + wait, owner)
+  redis.call('rpush', KEYS[2], owner)
+else
+  -- A live waiter: its deadline stays at least one wait past the lock's
+  -- expiry, and the waiters behind it keep their distance.
+  local delta = now + held + wait - tonumber(deadline)
+  if delta > 0 then
+    local behind = false
+    for _, w in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do
+      behind = behind or w == owner
+      if behind then
+        redis.call('zincrby', KEYS[3], delta, w)
+      end
+    end
+    if not behind then
+      redis.call('rpush', KEYS[2], owner) -- in the zset only: make it whole
+    end
+  end
+end
+
+-- Sleep until the holder's lease runs out, or, when the lock is free but
+-- another waiter is ahead, until that head's deadline (it is about to take
+-- the lock, or it is dead and will be skipped then). A waiter tries at
+-- least every half wait, which keeps its deadline ahead, and at least once
+-- per lease, in case the head took the lock and died holding it.
+local ttl
+if redis.call('exists', KEYS[1]) == 1 then
+  ttl = redis.call('pttl', KEYS[1])
+  if ttl < 0 then
+    ttl = wait
+  end
+else
+  local head = redis.call('lindex', KEYS[2], 0)
+  ttl = math.min(tonumber(redis.call('zscore', KEYS[3], head)) - now, lease)
+end
+return {0, math.max(1, math.min(ttl, math.floor(wait / 2)))}
