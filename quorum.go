@@ -1,0 +1,160 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NodeError is one RedLock node's failure in one request: the node refused
+// (the lock is held there by another owner, or the owner no longer holds
+// it), did not answer within the node timeout, or answered with an error.
+type NodeError struct {
+	// Addr is the node's address as its go-redis client knows it.
+	Addr string
+	// Err is what happened on that node. It wraps ErrNotObtained when
+	// another owner holds the lock there, ErrNotHeld when the owner does
+	// not, and context.DeadlineExceeded when the node did not answer in time.
+	Err error
+}
+
+func (e *NodeError) Error() string { return "node " + e.Addr + ": " + e.Err.Error() }
+
+// Unwrap returns the node's error.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// QuorumError reports a RedLock request that fewer than a quorum of nodes
+// carried out. It names every node that did not, and why. Errors returned
+// by RedLock wrap it (find it with errors.As); errors.As also finds each
+// *NodeError through it.
+type QuorumError struct {
+	// Op is the request: "lock", "fence", "unlock", "renew", "force unlock"
+	// or "read".
+	Op string
+	// Quorum is how many nodes had to carry it out: N/2+1.
+	Quorum int
+	// Nodes is how many nodes were asked.
+	Nodes int
+	// Failed lists the nodes that did not carry it out, in node order.
+	Failed []*NodeError
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redlock %s: %d of %d nodes succeeded, %d needed", e.Op, e.Nodes-len(e.Failed), e.Nodes, e.Quorum)
+	for _, f := range e.Failed {
+		b.WriteString("; ")
+		b.WriteString(f.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the node errors.
+func (e *QuorumError) Unwrap() []error {
+	errs := make([]error, len(e.Failed))
+	for i, f := range e.Failed {
+		errs[i] = f
+	}
+	return errs
+}
+
+// redNode is one independent server of a RedLock: its Client and the
+// Mutex kind whose scripts run there.
+type redNode struct {
+	i    int // position among the RedLock's nodes
+	c    *Client
+	addr string
+	m    *mutexKind
+}
+
+// quorum is N/2+1: any two quorums of N nodes share a node.
+func quorum(n int) int { return n/2 + 1 }
+
+// nodeAnswer is one node's answer to one request.
+type nodeAnswer[T any] struct {
+	i   int
+	v   T
+	err error
+}
+
+// fanOut sends op to every node at once, each call bounded by timeout, and
+// hands the answers to took as they arrive, until took reports that the
+// outcome is known or every node has answered or timed out. So a request
+// costs what the quorum's slowest node costs, never the sum, and a frozen
+// node costs at most timeout.
+//
+// Each node's call gets a context that ends after timeout, but a go-redis
+// client without ContextTimeoutEnabled keeps reading until its own
+// ReadTimeout; fanOut does not wait for that: such a node is reported as
+// timed out and its late answer is dropped when it comes.
+func fanOut[T any](ctx context.Context, nodes []redNode, timeout time.Duration,
+	op func(ctx context.Context, n redNode) (T, error), took func(i int, v T, err error) (done bool)) {
+	answers := make(chan nodeAnswer[T], len(nodes)) // buffered: late senders never block
+	for i, n := range nodes {
+		go func() {
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			a := nodeAnswer[T]{i: i}
+			a.v, a.err = op(nctx, n)
+			answers <- a
+		}()
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	answered := make([]bool, len(nodes))
+	// rest reports every node that has not answered with err.
+	rest := func(err error) {
+		var zero T
+		for i := range nodes {
+			if !answered[i] && took(i, zero, err) {
+				return
+			}
+		}
+	}
+	for range nodes {
+		select {
+		case a := <-answers:
+			answered[a.i] = true
+			if took(a.i, a.v, a.err) {
+				return
+			}
+		case <-timer.C:
+			rest(timedOut(timeout))
+			return
+		case <-ctx.Done():
+			rest(ctx.Err())
+			return
+		}
+	}
+}
+
+// timedOut is a node's error when it did not answer within the node timeout.
+func timedOut(timeout time.Duration) error {
+	return fmt.Errorf("no answer within the node timeout of %v: %w", timeout, context.DeadlineExceeded)
+}
+
+// quorumValue returns the largest v such that at least q of vals are >= v:
+// what a quorum of nodes agree on at least. Missing answers count as 0.
+func quorumValue(vals []int64, q int) int64 {
+	s := slices.Clone(vals)
+	slices.Sort(s)
+	slices.Reverse(s)
+	return s[q-1]
+}
+
+// clientAddr names a Client's server in node errors.
+func clientAddr(c *Client) string {
+	switch rdb := c.rdb.(type) {
+	case *redis.Client:
+		if a := rdb.Options().Addr; a != "" {
+			return a
+		}
+	case *redis.ClusterClient:
+		return strings.Join(rdb.Options().Addrs, ",")
+	}
+	return "client " + c.id
+}
