@@ -31,6 +31,9 @@ func run(m *testing.M) int {
 	if err := srv.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "closing redis-server:", err)
 	}
+	if err := closeTopologies(); err != nil {
+		fmt.Fprintln(os.Stderr, "closing the cluster and sentinel setups:", err)
+	}
 	if code == 0 {
 		if err := redistest.CheckGoroutines(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,357 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The cluster (3 masters, 3 replicas) and the Sentinel setup (master,
+// replica, 3 sentinels) are started once per test binary, on first use, and
+// closed by TestMain. Tests that fail a node over leave them healthy again
+// (WaitHealthy, Rejoin) for the tests after them, so none of the tests that
+// use them may run in parallel with another top-level test.
+var topologies struct {
+	mu       sync.Mutex
+	cluster  *redistest.Cluster
+	sentinel *redistest.Sentinel
+}
+
+// sharedCluster returns the package's cluster, starting it if needed.
+func sharedCluster(t testing.TB) *redistest.Cluster {
+	t.Helper()
+	topologies.mu.Lock()
+	defer topologies.mu.Unlock()
+	if topologies.cluster == nil {
+		c, err := redistest.StartCluster()
+		if err != nil {
+			t.Fatal(err)
+		}
+		topologies.cluster = c
+	}
+	return topologies.cluster
+}
+
+// sharedSentinel returns the package's Sentinel setup, starting it if needed.
+func sharedSentinel(t testing.TB) *redistest.Sentinel {
+	t.Helper()
+	topologies.mu.Lock()
+	defer topologies.mu.Unlock()
+	if topologies.sentinel == nil {
+		s, err := redistest.StartSentinel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		topologies.sentinel = s
+	}
+	return topologies.sentinel
+}
+
+// closeTopologies closes what sharedCluster and sharedSentinel started.
+func closeTopologies() error {
+	topologies.mu.Lock()
+	defer topologies.mu.Unlock()
+	var errs []error
+	if topologies.cluster != nil {
+		errs = append(errs, topologies.cluster.Close())
+	}
+	if topologies.sentinel != nil {
+		errs = append(errs, topologies.sentinel.Close())
+	}
+	topologies.cluster, topologies.sentinel = nil, nil
+	return errors.Join(errs...)
+}
+
+// topology is a production setup the tests run every lock kind on.
+type topology struct {
+	name string
+	// redis returns a new go-redis client for the topology, closed with t.
+	redis func(t testing.TB) redis.UniversalClient
+	// nodes returns every data node, masters and replicas.
+	nodes func() []*redistest.Server
+}
+
+func clusterTopology(t testing.TB) topology {
+	cl := sharedCluster(t)
+	return topology{
+		name:  "cluster",
+		redis: func(t testing.TB) redis.UniversalClient { return newClusterRedis(t, cl) },
+		nodes: cl.Nodes,
+	}
+}
+
+func sentinelTopology(t testing.TB) topology {
+	s := sharedSentinel(t)
+	return topology{
+		name:  "sentinel",
+		redis: func(t testing.TB) redis.UniversalClient { return newSentinelRedis(t, s) },
+		nodes: func() []*redistest.Server { return []*redistest.Server{s.Master(), s.Replica()} },
+	}
+}
+
+// newClusterRedis returns a cluster client with short timeouts, so that a
+// failed node is given up on quickly, closed with t.
+func newClusterRedis(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:        cl.Addrs(),
+		DialTimeout:  time.Second,
+		ReadTimeout:  time.Second,
+		WriteTimeout: time.Second,
+		MaxRedirects: 16,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// newSentinelRedis returns a Sentinel failover client with short timeouts,
+// closed with t.
+func newSentinelRedis(t testing.TB, s *redistest.Sentinel) *redis.Client {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    s.MasterName(),
+		SentinelAddrs: s.SentinelAddrs(),
+		DialTimeout:   time.Second,
+		ReadTimeout:   time.Second,
+		WriteTimeout:  time.Second,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// topoName returns a lock name unique to the test and registers a check,
+// run when the test ends, that no node has a subscriber left on a channel
+// of the lock (classic or sharded), and then deletes the lock's keys.
+func topoName(t testing.TB, tp topology) string {
+	t.Helper()
+	name := "topo:" + strings.NewReplacer("/", ":", "{", "", "}", "").Replace(t.Name())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		eventually(t, 10*time.Second, func() error {
+			for _, n := range tp.nodes() {
+				for _, cmd := range []string{"CHANNELS", "SHARDCHANNELS"} {
+					v, err := n.Do(ctx, "PUBSUB", cmd, "*"+name+"*")
+					if err != nil {
+						return err
+					}
+					if chans, _ := v.([]any); len(chans) > 0 {
+						return fmt.Errorf("%s: subscribers left on %v", n.Addr(), chans)
+					}
+				}
+			}
+			return nil
+		})
+		for _, n := range tp.nodes() {
+			if keys := nodeKeys(ctx, n, name); len(keys) > 0 {
+				_, _ = n.Do(ctx, append([]any{"DEL"}, keys...)...)
+			}
+		}
+	})
+	return name
+}
+
+// nodeKeys returns the keys on n whose names contain s.
+func nodeKeys(ctx context.Context, n *redistest.Server, s string) []any {
+	v, err := n.Do(ctx, "KEYS", "*"+s+"*")
+	if err != nil {
+		return nil
+	}
+	keys, _ := v.([]any)
+	return keys
+}
+
+// topoLock is what the topology tests use of a lock half.
+type topoLock interface {
+	Lock(context.Context) (context.Context, error)
+	TryLock(context.Context) (context.Context, error)
+	Unlock(context.Context) error
+	ForceUnlock(context.Context) (bool, error)
+	HoldCount(context.Context) (int, error)
+}
+
+// kindCase is one way of excluding: a holder and a waiter kind on the same
+// lock name that cannot hold it together.
+type kindCase struct {
+	name   string
+	holder func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock
+	waiter func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock
+}
+
+// topologyKinds lists every lock kind the topology tests run.
+func topologyKinds() []kindCase {
+	mutex := func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock {
+		return mustMutex(t, c, name, opts...)
+	}
+	fair := func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock {
+		m, err := c.NewFairMutex(name, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	return []kindCase{
+		{"Mutex", mutex, mutex},
+		{"FairMutex", fair, fair},
+	}
+}
+
+// TestTopologyKinds runs the core behaviour of every lock kind through a
+// redis.ClusterClient and a Sentinel failover client: exclusion across
+// Clients, reentrancy, a waiter woken by the unlock message (sharded
+// pub/sub on the cluster) long before the holder's lease would have run
+// out, every key of a lock in the lock's slot on the node serving it,
+// watchdog renewal past the lease, and the lost-lock notice.
+func TestTopologyKinds(t *testing.T) {
+	for _, tp := range []topology{clusterTopology(t), sentinelTopology(t)} {
+		t.Run(tp.name, func(t *testing.T) {
+			for _, kc := range topologyKinds() {
+				t.Run(kc.name, func(t *testing.T) {
+					t.Parallel()
+					testTopologyKind(t, tp, kc)
+				})
+			}
+		})
+	}
+}
+
+func testTopologyKind(t *testing.T, tp topology, kc kindCase) {
+	ctx := context.Background()
+	name := topoName(t, tp)
+	a := newClient(t, tp.redis(t))
+	b := newClient(t, tp.redis(t))
+	// A lease far longer than the test: if the waiter gets in quickly, the
+	// unlock message woke it, not the lease running out.
+	const lease = 30 * time.Second
+	ha := kc.holder(t, a, name, WithLease(lease))
+	hb := kc.waiter(t, b, name, WithLease(lease))
+
+	la := mustLock(t, ctx, ha)
+	la2 := mustLock(t, la, ha)
+	if n, err := ha.HoldCount(la); err != nil || n != 2 {
+		t.Fatalf("HoldCount after reentry = %d, %v; want 2", n, err)
+	}
+	if err := ha.Unlock(la2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hb.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock of a held lock from another Client: %v, want ErrNotObtained", err)
+	}
+
+	type result struct {
+		lctx context.Context
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := hb.Lock(wctx)
+		got <- result{l, err}
+	}()
+	eventually(t, 10*time.Second, func() error { return checkSubscribed(ctx, tp, name) })
+	checkOneSlot(t, ctx, tp, name)
+
+	released := time.Now()
+	if err := ha.Unlock(la); err != nil {
+		t.Fatal(err)
+	}
+	var lb context.Context
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiter: %v", r.err)
+		}
+		lb = r.lctx
+		t.Logf("%s %s: waiter got the lock %v after the unlock", tp.name, kc.name, time.Since(released).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by the unlock within 10s")
+	}
+	if err := hb.Unlock(lb); err != nil {
+		t.Fatal(err)
+	}
+
+	// Watchdog: a lock taken without a lease outlives its first lease and
+	// is reported lost when someone deletes it.
+	w := newClient(t, tp.redis(t), WithWatchdogTimeout(time.Second))
+	hw := kc.holder(t, w, name)
+	lw := mustLock(t, ctx, hw)
+	time.Sleep(1500 * time.Millisecond)
+	if n, err := hw.HoldCount(lw); err != nil || n != 1 || lw.Err() != nil {
+		t.Fatalf("after 1.5 leases: HoldCount = %d, %v; lock context: %v; want held", n, err, context.Cause(lw))
+	}
+	if ok, err := kc.holder(t, b, name).ForceUnlock(ctx); err != nil || !ok {
+		t.Fatalf("ForceUnlock = %v, %v", ok, err)
+	}
+	select {
+	case <-lw.Done():
+		if !errors.Is(context.Cause(lw), ErrLockLost) {
+			t.Fatalf("lock context ended with %v, want ErrLockLost", context.Cause(lw))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("holder not told within 5s that its lock was deleted")
+	}
+}
+
+// checkSubscribed returns nil once some node has a subscriber on a channel
+// of the lock; on a cluster it must be a sharded subscription on a node of
+// the lock's shard, and no classic one anywhere.
+func checkSubscribed(ctx context.Context, tp topology, name string) error {
+	var classic, sharded []string
+	for _, n := range tp.nodes() {
+		for cmd, into := range map[string]*[]string{"CHANNELS": &classic, "SHARDCHANNELS": &sharded} {
+			v, err := n.Do(ctx, "PUBSUB", cmd, "*"+name+"*")
+			if err != nil {
+				return err
+			}
+			if chans, _ := v.([]any); len(chans) > 0 {
+				*into = append(*into, n.Addr())
+			}
+		}
+	}
+	switch {
+	case tp.name == "cluster" && len(classic) > 0:
+		return fmt.Errorf("classic subscription on %v; want sharded only", classic)
+	case tp.name == "cluster" && len(sharded) == 0:
+		return errors.New("no sharded subscription yet")
+	case tp.name != "cluster" && len(classic) == 0:
+		return errors.New("no subscription yet")
+	}
+	return nil
+}
+
+// checkOneSlot checks, on a cluster, that every key of the lock is in the
+// lock's slot and stored on the master serving it.
+func checkOneSlot(t *testing.T, ctx context.Context, tp topology, name string) {
+	t.Helper()
+	if tp.name != "cluster" {
+		return
+	}
+	cl := sharedCluster(t)
+	owner := cl.MasterFor(name)
+	var found []string
+	for _, n := range tp.nodes() {
+		if n == owner || cl.ReplicaOf(ctx, owner) == n {
+			for _, k := range nodeKeys(ctx, n, name) {
+				found = append(found, k.(string))
+			}
+			continue
+		}
+		if keys := nodeKeys(ctx, n, name); len(keys) > 0 {
+			t.Errorf("keys of %q on %s, which does not serve its slot: %v", name, n.Addr(), keys)
+		}
+	}
+	if len(found) == 0 {
+		t.Fatalf("no keys of %q on %s", name, owner.Addr())
+	}
+	for _, k := range slices.Compact(slices.Sorted(slices.Values(found))) {
+		if s := slot(k); s != slot(name) {
+			t.Errorf("key %q is in slot %d, the lock in %d", k, s, slot(name))
+		}
+	}
+}
