@@ -36,6 +36,13 @@ var (
 	// could have lost it.
 	ErrNotReplicated = errors.New("dlock: lock not replicated")
 
+	// ErrUpgrade is returned when the owner of a read lock asks for the
+	// write lock of the same RWMutex: the write lock waits for every reader
+	// to leave, the owner's own read holds included, so waiting would never
+	// end. Release the read holds first. (A writer may take read locks:
+	// that downgrade is allowed.)
+	ErrUpgrade = errors.New("dlock: cannot upgrade a read lock to a write lock")
+
 	// ErrInvalidName is returned for an empty, too long or cluster-unsafe
 	// lock name.
 	ErrInvalidName = errors.New("dlock: invalid lock name")

@@ -1,0 +1,230 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// RWMutex is a distributed read-write lock with Redisson ReadWriteLock's
+// semantics and data layout: many readers or one writer. Its two halves
+// are lock handles of their own, ReadLock and WriteLock, with every method
+// a Mutex has:
+//
+//	rw, _ := client.NewRWMutex("config")
+//	readCtx, err := rw.ReadLock().Lock(ctx)  // shared with other readers
+//	...
+//	err = rw.ReadLock().Unlock(readCtx)
+//
+//	writeCtx, err := rw.WriteLock().Lock(ctx) // excludes readers and writers
+//	...
+//	err = rw.WriteLock().Unlock(writeCtx)
+//
+// Both halves are reentrant for the owner in the lock context, as for the
+// Mutex. The writer may also take read locks with its lock context
+// (downgrade): they outlive its write lock if it releases that first. The
+// reverse, asking for the write lock with the lock context of a read lock,
+// would wait for itself and fails at once with ErrUpgrade. (With an
+// unrelated context it is another owner and waits like any writer.)
+// Readers that arrive while readers hold the lock enter at once, even when
+// a writer is waiting, as in Redisson: a steady stream of readers can keep
+// a writer waiting.
+//
+// Layout: the hash named after the lock holds field mode ("read" or
+// "write"), <owner> -> read holds and <owner>:write -> write holds; read
+// hold k of an owner has its own key {name}:<owner>:rwlock_timeout:<k> with
+// its lease, and the hash lives as long as the longest-living hold. The
+// watchdog renews only this Client's read holds, so holds of a reader that
+// died run out. Waiters of both halves share the channel
+// redisson_rwlock:{name}: a write unlock wakes every waiter ("1"), the last
+// read unlock one ("0"). A Go RWMutex and a Java RReadWriteLock on the same
+// name exclude each other.
+//
+// An RWMutex is safe for concurrent use.
+type RWMutex struct {
+	read  *ReadLock
+	write *WriteLock
+}
+
+// ReadLock is the read half of an RWMutex: held by many owners at once,
+// never together with another owner's write lock. IsLocked and TTL report
+// on the whole read-write lock.
+type ReadLock struct {
+	handle
+}
+
+// WriteLock is the write half of an RWMutex: held by one owner at a time,
+// and only when no other owner holds a read lock. IsLocked and TTL report
+// on the whole read-write lock.
+type WriteLock struct {
+	handle
+}
+
+// NewRWMutex returns a handle on the read-write lock called name. It talks
+// to Redis only when used. Options, for both halves: WithLease,
+// WithFencing (the token counter is shared by reads and writes).
+func (c *Client) NewRWMutex(name string, opts ...LockOption) (*RWMutex, error) {
+	r, err := c.newHandle(name, opts, func(name string) kind { return &readKind{newRWNames(c, name)} })
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.newHandle(name, opts, func(name string) kind { return &writeKind{newRWNames(c, name)} })
+	if err != nil {
+		return nil, err
+	}
+	return &RWMutex{read: &ReadLock{r}, write: &WriteLock{w}}, nil
+}
+
+// ReadLock returns the read half of the lock.
+func (rw *RWMutex) ReadLock() *ReadLock { return rw.read }
+
+// WriteLock returns the write half of the lock.
+func (rw *RWMutex) WriteLock() *WriteLock { return rw.write }
+
+// Name returns the lock's name.
+func (rw *RWMutex) Name() string { return rw.read.name }
+
+// rwChannelPrefix names the channel of Redisson's read-write lock.
+const rwChannelPrefix = "redisson_rwlock"
+
+// rwNames holds the Redis names both halves of a read-write lock share.
+type rwNames struct {
+	c           *Client
+	name        string
+	channelName string
+	token       string
+}
+
+func newRWNames(c *Client, name string) rwNames {
+	return rwNames{c: c, name: name, channelName: prefixName(rwChannelPrefix, name), token: prefixName(tokenPrefix, name)}
+}
+
+func (n rwNames) key() string                            { return n.name }
+func (n rwNames) channel(string) string                  { return n.channelName }
+func (n rwNames) abandon(context.Context, request) error { return nil }
+
+// forceReleaseMode deletes the lock if it is held in mode.
+func (n rwNames) forceReleaseMode(ctx context.Context, mode string) (bool, error) {
+	keys := []string{n.name, n.channelName, prefixName(unlockLatchPrefix, n.name) + ":" + n.c.newRequest()}
+	d, err := n.c.eval(ctx, scripts.RWForceRelease, keys, mode, readUnlockMessage, n.c.publish, millis(n.c.cfg.latchTTL)).Int64()
+	return d == 1, err
+}
+
+// hashTag is the part of the lock's companion keys that puts them in its
+// cluster slot: "{name}", or the name itself when it has a tag already.
+func hashTag(name string) string {
+	if strings.Contains(name, "{") {
+		return name
+	}
+	return "{" + name + "}"
+}
+
+// holdKeyPrefix is the prefix of owner's read hold keys on the lock:
+// hold k is <prefix>:k.
+func holdKeyPrefix(name, owner string) string {
+	return hashTag(name) + ":" + owner + ":rwlock_timeout"
+}
+
+// writeField is the hash field that counts owner's write holds.
+func writeField(owner string) string { return owner + ":write" }
+
+// readKind is the read half of a read-write lock.
+type readKind struct{ rwNames }
+
+func (k *readKind) field(owner string) string { return owner }
+func (k *readKind) role() string              { return "read" }
+func (k *readKind) renewer() renewer          { return readRenewer{} }
+
+func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error) {
+	keys := []string{k.name, holdKeyPrefix(k.name, r.owner), k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
+	res, err := k.c.eval(ctx, scripts.RWReadAcquire, keys,
+		millis(r.lease), r.owner, writeField(r.owner), boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return parseAttempt(res)
+}
+
+func (k *readKind) release(ctx context.Context, r request) (releaseResult, error) {
+	keys := []string{k.name, k.channelName, holdKeyPrefix(k.name, r.owner), hashTag(k.name),
+		prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
+	n, err := k.c.eval(ctx, scripts.RWReadRelease, keys,
+		unlockMessage, r.owner, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
+	if err != nil {
+		return 0, err
+	}
+	return parseRelease(n), nil
+}
+
+func (k *readKind) forceRelease(ctx context.Context) (bool, error) {
+	return k.forceReleaseMode(ctx, "read")
+}
+
+// writeKind is the write half of a read-write lock.
+type writeKind struct{ rwNames }
+
+func (k *writeKind) field(owner string) string { return writeField(owner) }
+func (k *writeKind) role() string              { return "write" }
+func (k *writeKind) renewer() renewer          { return hashRenewer{} }
+
+// upgradeRefused is the write acquire script's answer to an owner that
+// holds read locks only.
+const upgradeRefused = -1
+
+func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, error) {
+	keys := []string{k.name, k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
+	res, err := k.c.eval(ctx, scripts.RWWriteAcquire, keys,
+		millis(r.lease), writeField(r.owner), r.owner, boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
+	if err != nil {
+		return attemptResult{}, err
+	}
+	if len(res) == 2 && res[0] == upgradeRefused {
+		return attemptResult{}, fmt.Errorf("%w: the lock context holds a read lock on it", ErrUpgrade)
+	}
+	return parseAttempt(res)
+}
+
+func (k *writeKind) release(ctx context.Context, r request) (releaseResult, error) {
+	keys := []string{k.name, k.channelName, prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
+	n, err := k.c.eval(ctx, scripts.RWWriteRelease, keys,
+		readUnlockMessage, millis(r.lease), writeField(r.owner), k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
+	if err != nil {
+		return 0, err
+	}
+	return parseRelease(n), nil
+}
+
+func (k *writeKind) forceRelease(ctx context.Context) (bool, error) {
+	return k.forceReleaseMode(ctx, "write")
+}
+
+// readRenewer renews read holds: each one's hold keys and the lock hash.
+type readRenewer struct{}
+
+func (readRenewer) name() string { return "rwread" }
+
+func (readRenewer) renew(ctx context.Context, c *Client, lease time.Duration, holds []*hold) ([]bool, error) {
+	keys := make([]string, 0, 2*len(holds))
+	args := make([]any, 1, len(holds)+1)
+	args[0] = millis(lease)
+	for _, hd := range holds {
+		keys = append(keys, hd.kind.key(), holdKeyPrefix(hd.kind.key(), hd.owner))
+		args = append(args, hd.owner)
+	}
+	res, err := scripts.RWReadRenew.Run(ctx, c.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != len(holds) {
+		return nil, errors.New("read renewal script answered the wrong number of results")
+	}
+	alive := make([]bool, len(res))
+	for i, r := range res {
+		alive[i] = r == 1
+	}
+	return alive, nil
+}

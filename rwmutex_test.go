@@ -1,0 +1,557 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// mustRW makes an RWMutex or fails the test.
+func mustRW(t testing.TB, c *Client, name string, opts ...LockOption) *RWMutex {
+	t.Helper()
+	rw, err := c.NewRWMutex(name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rw
+}
+
+// rwWaiter starts a Lock on l in a goroutine and waits until some waiter
+// of c is subscribed to the read-write lock's channel. It returns a channel
+// that gets the lock context (nil after an error, reported to t).
+func rwWaiter(t *testing.T, ctx context.Context, c *Client, l interface {
+	Lock(context.Context) (context.Context, error)
+}, name string, waiters int) <-chan context.Context {
+	t.Helper()
+	got := make(chan context.Context, 1)
+	go func() {
+		lc, err := l.Lock(ctx)
+		if err != nil {
+			t.Error(err)
+			lc = nil
+		}
+		got <- lc
+	}()
+	ch := prefixName(rwChannelPrefix, name)
+	eventually(t, 5*time.Second, func() error {
+		if n := c.hub.Waiters(ch); n < waiters {
+			return fmt.Errorf("%d waiters, want %d", n, waiters)
+		}
+		return nil
+	})
+	waitForSubscriber(t, c, ch)
+	return got
+}
+
+// TestRWReadersShareWritersExclude: readers and writers on two Clients.
+// Readers overlap (the test measures how many hold at once); a writer
+// never holds together with a reader or another writer.
+func TestRWReadersShareWritersExclude(t *testing.T) {
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	const clients, readers, writers, rounds = 2, 6, 2, 15
+	var (
+		wg                 sync.WaitGroup
+		reading, writing   atomic.Int32
+		maxReaders         atomic.Int32
+		violations, writes atomic.Int32
+	)
+	work := func() { time.Sleep(2 * time.Millisecond) }
+	for range clients {
+		rw := mustRW(t, newClient(t, nil), name)
+		for range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := context.Background()
+				for range rounds {
+					l, err := rw.ReadLock().Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n := reading.Add(1)
+					for m := maxReaders.Load(); n > m && !maxReaders.CompareAndSwap(m, n); m = maxReaders.Load() {
+					}
+					if writing.Load() != 0 {
+						violations.Add(1)
+					}
+					work()
+					reading.Add(-1)
+					if err := rw.ReadLock().Unlock(l); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		for range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := context.Background()
+				for range rounds {
+					l, err := rw.WriteLock().Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if writing.Add(1) != 1 || reading.Load() != 0 {
+						violations.Add(1)
+					}
+					writes.Add(1)
+					work()
+					writing.Add(-1)
+					if err := rw.WriteLock().Unlock(l); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	t.Logf("at most %d readers held the lock at once; %d writes", maxReaders.Load(), writes.Load())
+	if violations.Load() != 0 {
+		t.Errorf("%d times a writer held the lock together with another holder", violations.Load())
+	}
+	if maxReaders.Load() < 2 {
+		t.Errorf("readers never overlapped (at most %d at once)", maxReaders.Load())
+	}
+	if writes.Load() != clients*writers*rounds {
+		t.Errorf("%d writes, want %d", writes.Load(), clients*writers*rounds)
+	}
+}
+
+func TestRWReentrancy(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	rw := mustRW(t, c, name)
+	r, w := rw.ReadLock(), rw.WriteLock()
+
+	r1 := mustLock(t, ctx, r)
+	r2 := mustLock(t, r1, r)
+	if n, err := r.HoldCount(r2); n != 2 || err != nil {
+		t.Fatalf("read HoldCount = %d, %v; want 2", n, err)
+	}
+	owner, _ := ownerFrom(r1, c)
+	for k := 1; k <= 2; k++ { // one key per read hold, each with its lease
+		if d := c.rdb.PTTL(ctx, fmt.Sprintf("%s:%d", holdKeyPrefix(name, owner), k)).Val(); d <= 0 {
+			t.Errorf("read hold %d has no key with a TTL (%v)", k, d)
+		}
+	}
+	if err := r.Unlock(r2); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.rdb.Exists(ctx, holdKeyPrefix(name, owner)+":2").Result(); n != 0 {
+		t.Error("the released hold's key is still there")
+	}
+	if err := r.Unlock(r1); err != nil {
+		t.Fatal(err)
+	}
+	if locked, _ := r.IsLocked(ctx); locked {
+		t.Fatal("still locked after the last read Unlock")
+	}
+
+	w1 := mustLock(t, ctx, w)
+	w2 := mustLock(t, w1, w)
+	if n, err := w.HoldCount(w2); n != 2 || err != nil {
+		t.Fatalf("write HoldCount = %d, %v; want 2", n, err)
+	}
+	if mode := c.rdb.HGet(ctx, name, "mode").Val(); mode != "write" {
+		t.Errorf("mode = %q, want write", mode)
+	}
+	if err := w.Unlock(w2); err != nil {
+		t.Fatal(err)
+	}
+	if locked, _ := w.IsLocked(ctx); !locked {
+		t.Fatal("lock freed before the last write Unlock")
+	}
+	if err := w.Unlock(w1); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Unlock(w1); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("extra write Unlock: %v, want ErrNotHeld", err)
+	}
+	if err := r.Unlock(w1); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("read Unlock with a write lock context: %v, want ErrNotHeld", err)
+	}
+	if n := c.watchdog.Len(); n != 0 {
+		t.Errorf("watchdog still renews %d locks", n)
+	}
+}
+
+// TestRWDowngrade: the writer takes a read lock with its write lock
+// context; after the write unlock the lock is a read lock that other
+// readers share (and are woken for), while writers still wait.
+func TestRWDowngrade(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	rw := mustRW(t, c, name)
+	oc := newClient(t, nil)
+	other := mustRW(t, oc, name)
+
+	wl := mustLock(t, ctx, rw.WriteLock())
+	rl := mustLock(t, wl, rw.ReadLock()) // downgrade: allowed
+	if _, err := other.ReadLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("another reader while the write lock is held: %v", err)
+	}
+	got := rwWaiter(t, ctx, oc, other.ReadLock(), name, 1)
+	if err := rw.WriteLock().Unlock(wl); err != nil {
+		t.Fatal(err)
+	}
+	if mode := c.rdb.HGet(ctx, name, "mode").Val(); mode != "read" {
+		t.Errorf("mode after the write unlock = %q, want read", mode)
+	}
+	var ol context.Context
+	select {
+	case ol = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiting reader not woken when the writer downgraded")
+	}
+	if ol == nil {
+		t.FailNow()
+	}
+	if _, err := other.WriteLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("a writer while readers hold: %v", err)
+	}
+	if err := rw.ReadLock().Unlock(rl); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.ReadLock().Unlock(ol); err != nil {
+		t.Fatal(err)
+	}
+	if locked, _ := rw.ReadLock().IsLocked(ctx); locked {
+		t.Error("still locked after every Unlock")
+	}
+}
+
+// TestRWUpgradeRefused: a read lock's owner asking for the write lock gets
+// ErrUpgrade at once, from Lock and TryLock, instead of waiting for itself.
+func TestRWUpgradeRefused(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	rw := mustRW(t, newClient(t, nil), name)
+	rl := mustLock(t, ctx, rw.ReadLock())
+	start := time.Now()
+	bounded, cancel := context.WithTimeout(rl, 5*time.Second) // carries the reader's owner
+	defer cancel()
+	if _, err := rw.WriteLock().Lock(bounded); !errors.Is(err, ErrUpgrade) {
+		t.Fatalf("Lock: %v, want ErrUpgrade", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("ErrUpgrade after %v, not at once", d)
+	}
+	if _, err := rw.WriteLock().TryLock(rl); !errors.Is(err, ErrUpgrade) || errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock: %v, want ErrUpgrade only", err)
+	}
+	// Another owner simply waits for the reader.
+	wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer wcancel()
+	if _, err := rw.WriteLock().Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("another owner's write Lock: %v, want a timeout", err)
+	}
+	if err := rw.ReadLock().Unlock(rl); err != nil {
+		t.Fatal(err)
+	}
+	wl := mustLock(t, ctx, rw.WriteLock())
+	if err := rw.WriteLock().Unlock(wl); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRWWriteUnlockWakesAllReaders: one write unlock lets every waiting
+// reader in at once; they would otherwise wait out the 30 s lease.
+func TestRWWriteUnlockWakesAllReaders(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	writer := mustRW(t, newClient(t, nil), name)
+	wl := mustLock(t, ctx, writer.WriteLock())
+	const perClient = 2
+	var gots []<-chan context.Context
+	var readers []*RWMutex
+	for range 2 {
+		c := newClient(t, nil)
+		rw := mustRW(t, c, name)
+		for i := range perClient {
+			gots = append(gots, rwWaiter(t, ctx, c, rw.ReadLock(), name, i+1))
+			readers = append(readers, rw)
+		}
+	}
+	if err := writer.WriteLock().Unlock(wl); err != nil {
+		t.Fatal(err)
+	}
+	var held []context.Context
+	timeout := time.After(5 * time.Second)
+	for _, got := range gots {
+		select {
+		case l := <-got:
+			held = append(held, l)
+		case <-timeout:
+			t.Fatalf("%d of %d readers woken by the write unlock", len(held), len(gots))
+		}
+	}
+	// They all hold at once.
+	owner, _ := ownerFrom(held[0], readers[0].read.c)
+	if n := writer.read.c.rdb.HLen(ctx, name).Val(); n != int64(len(gots)+1) {
+		t.Errorf("lock hash has %d fields, want mode and %d readers (one is %s)", n, len(gots), owner)
+	}
+	for i, l := range held {
+		if l != nil {
+			if err := readers[i].ReadLock().Unlock(l); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// TestRWReadLeaseExpiry: a read hold with a fixed lease runs out and its
+// holder is told; the lock lives as long as its longest-living read hold,
+// and a waiting writer gets in when the last one runs out.
+func TestRWReadLeaseExpiry(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	long := mustRW(t, c, name, WithLease(3*time.Second))
+	short := mustRW(t, c, name, WithLease(400*time.Millisecond))
+	ll := mustLock(t, ctx, long.ReadLock())
+	sl := mustLock(t, ctx, short.ReadLock())
+	if ttl, _ := short.ReadLock().TTL(ctx); ttl < 2*time.Second {
+		t.Errorf("TTL %v after a short read hold: it must follow the longest (3 s)", ttl)
+	}
+	// With the long hold gone, the lock follows the short one.
+	if err := long.ReadLock().Unlock(ll); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, _ := short.ReadLock().TTL(ctx); ttl <= 0 || ttl > 400*time.Millisecond {
+		t.Errorf("TTL %v after the long hold's unlock, want (0, 400ms]", ttl)
+	}
+	wc := newClient(t, nil)
+	writer := mustRW(t, wc, name)
+	start := time.Now()
+	got := rwWaiter(t, ctx, wc, writer.WriteLock(), name, 1)
+	<-sl.Done()
+	if !errors.Is(context.Cause(sl), ErrLockLost) {
+		t.Errorf("cause = %v, want ErrLockLost", context.Cause(sl))
+	}
+	select {
+	case wl := <-got:
+		t.Logf("writer got the lock %v after it started waiting", time.Since(start))
+		if wl != nil {
+			_ = writer.WriteLock().Unlock(wl)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("writer did not get the lock after the read lease ran out")
+	}
+	if err := short.ReadLock().Unlock(sl); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock after the lease: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestRWWatchdogRenewsOnlyOwnReadHolds: the watchdog keeps this Client's
+// read hold alive and leaves another reader's hold alone, so a reader that
+// died (here one written by a Java client with a 400 ms lease) runs out
+// instead of living on as a zombie (Redisson PR #7098). Once the live
+// reader leaves, the lock is free.
+func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	const timeout = 300 * time.Millisecond
+	c := newClient(t, nil, WithWatchdogTimeout(timeout))
+	rw := mustRW(t, c, name)
+	java := javaRW{rdb: newRedis(t), name: name, owner: "5f0b1c2e-8d3a-4e8b-9a51-3c1d2e4f5a6b:7"}
+	if ok, _, err := java.readLock(ctx, 400); !ok || err != nil {
+		t.Fatalf("java read lock: %v %v", ok, err)
+	}
+	rl := mustLock(t, ctx, rw.ReadLock())
+	owner, _ := ownerFrom(rl, c)
+	javaHold := holdKeyPrefix(name, java.owner) + ":1"
+	goHold := holdKeyPrefix(name, owner) + ":1"
+	eventually(t, 5*time.Second, func() error {
+		if n := c.rdb.Exists(ctx, javaHold).Val(); n != 0 {
+			return errors.New("the dead reader's hold is still alive")
+		}
+		return nil
+	})
+	// Well past both leases the Go reader still holds.
+	for end := time.Now().Add(3 * timeout); time.Now().Before(end); time.Sleep(timeout / 10) {
+		if rl.Err() != nil {
+			t.Fatalf("read lock context ended: %v", context.Cause(rl))
+		}
+		if c.rdb.PTTL(ctx, goHold).Val() <= 0 || c.rdb.PTTL(ctx, name).Val() <= 0 {
+			t.Fatal("the watchdog did not renew the read hold")
+		}
+	}
+	if _, err := rw.WriteLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("write TryLock while a reader holds: %v", err)
+	}
+	if err := rw.ReadLock().Unlock(rl); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.rdb.Exists(ctx, name).Val(); n != 0 {
+		t.Errorf("lock still there after the live reader left: %v", c.rdb.HGetAll(ctx, name).Val())
+	}
+	if n := c.watchdog.Len(); n != 0 {
+		t.Errorf("watchdog still renews %d locks", n)
+	}
+}
+
+// TestRWLostNotice: the waiting reader's pub/sub connection is killed
+// before the write unlock; it still acquires long before the writer's 30 s
+// lease would run out.
+func TestRWLostNotice(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	writer := mustRW(t, newClient(t, nil), name)
+	wl := mustLock(t, ctx, writer.WriteLock())
+	rc := newClient(t, nil)
+	reader := mustRW(t, rc, name)
+	got := rwWaiter(t, ctx, rc, reader.ReadLock(), name, 1)
+	if err := rc.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.WriteLock().Unlock(wl); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l != nil {
+			_ = reader.ReadLock().Unlock(l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("reader did not acquire after its pub/sub connection was killed")
+	}
+}
+
+func TestRWFencing(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	a := mustRW(t, newClient(t, nil), name, WithFencing())
+	b := mustRW(t, newClient(t, nil), name, WithFencing())
+	var last int64
+	next := func(l context.Context) {
+		t.Helper()
+		tok, ok := Token(l)
+		if !ok || tok <= last {
+			t.Fatalf("token %d (ok %v) after %d: not strictly increasing", tok, ok, last)
+		}
+		last = tok
+	}
+	for range 2 {
+		w := mustLock(t, ctx, a.WriteLock())
+		next(w)
+		r := mustLock(t, w, a.ReadLock()) // downgrade
+		next(r)
+		_ = a.WriteLock().Unlock(w)
+		r2 := mustLock(t, ctx, b.ReadLock())
+		next(r2)
+		_ = a.ReadLock().Unlock(r)
+		_ = b.ReadLock().Unlock(r2)
+	}
+	if v := a.read.c.rdb.Get(ctx, prefixName(tokenPrefix, name)).Val(); v != fmt.Sprint(last) {
+		t.Errorf("token key = %s, want %d", v, last)
+	}
+}
+
+// TestRWForceUnlock: each half force-unlocks the lock only when it is held
+// in that half's mode, and wakes the waiters.
+func TestRWForceUnlock(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	rw := mustRW(t, newClient(t, nil), name)
+	rl := mustLock(t, ctx, rw.ReadLock())
+	if ok, err := rw.WriteLock().ForceUnlock(ctx); ok || err != nil {
+		t.Errorf("write ForceUnlock of a read lock = %v, %v; want false", ok, err)
+	}
+	wc := newClient(t, nil)
+	other := mustRW(t, wc, name)
+	got := rwWaiter(t, ctx, wc, other.WriteLock(), name, 1)
+	if ok, err := rw.ReadLock().ForceUnlock(ctx); !ok || err != nil {
+		t.Fatalf("read ForceUnlock = %v, %v", ok, err)
+	}
+	var wl context.Context
+	select {
+	case wl = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiting writer not woken by ForceUnlock")
+	}
+	if ok, _ := rw.ReadLock().ForceUnlock(ctx); ok {
+		t.Error("read ForceUnlock of a write lock reported a deletion")
+	}
+	if ok, err := rw.WriteLock().ForceUnlock(ctx); !ok || err != nil {
+		t.Errorf("write ForceUnlock = %v, %v", ok, err)
+	}
+	if err := other.WriteLock().Unlock(wl); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock of a force-unlocked write lock: %v, want ErrNotHeld", err)
+	}
+	if err := rw.ReadLock().Unlock(rl); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock of a force-unlocked read lock: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestRWOtherKindsExcluded: a read-write lock and a Mutex on one name do
+// not share it (the hash without a mode is not a free read-write lock).
+func TestRWOtherKindsExcluded(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	m := mustMutex(t, c, name)
+	ml := mustLock(t, ctx, m)
+	rw := mustRW(t, c, name)
+	if _, err := rw.ReadLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("read TryLock on a Mutex's name: %v", err)
+	}
+	if _, err := rw.WriteLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("write TryLock on a Mutex's name: %v", err)
+	}
+	if err := m.Unlock(ml); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRWMutexRejectsBadInput(t *testing.T) {
+	c := newClient(t, nil)
+	for _, name := range []string{"", "a}b", "x{}"} {
+		if _, err := c.NewRWMutex(name); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("NewRWMutex(%q): %v, want ErrInvalidName", name, err)
+		}
+	}
+	if _, err := c.NewRWMutex("ok", WithLease(-time.Second)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("bad lease: %v, want ErrInvalidOption", err)
+	}
+	var nilClient *Client
+	if _, err := nilClient.NewRWMutex("ok"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("nil Client: %v", err)
+	}
+	rw, err := c.NewRWMutex("order:{42}:pay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rw.Name() != "order:{42}:pay" || rw.ReadLock().Name() != rw.Name() || rw.WriteLock().Name() != rw.Name() {
+		t.Errorf("names %q %q %q", rw.Name(), rw.ReadLock().Name(), rw.WriteLock().Name())
+	}
+	for _, key := range []string{prefixName(rwChannelPrefix, rw.Name()), holdKeyPrefix(rw.Name(), "u:1") + ":1"} {
+		if slot(key) != slot(rw.Name()) {
+			t.Errorf("key %q is not in the lock's slot", key)
+		}
+	}
+	if got := holdKeyPrefix("plain", "u:1"); got != "{plain}:u:1:rwlock_timeout" {
+		t.Errorf("hold key prefix %q is not Redisson's", got)
+	}
+}
