@@ -159,11 +159,18 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
+// defineHook, when set (by a test), sees each command's flag set before it
+// parses, with every flag defined.
+var defineHook func(*flag.FlagSet)
+
 // parse parses args with fs, allowing flags after positional arguments
 // ("dlock status NAME --json"), and returns the positional arguments. A
 // "--" ends the flags: everything after it is positional. -h prints help
 // and returns errHelp.
 func (c *cli) parse(fs *flag.FlagSet, help string, args []string) ([]string, error) {
+	if defineHook != nil {
+		defineHook(fs)
+	}
 	var pos []string
 	for {
 		err := fs.Parse(args)
@@ -172,7 +179,8 @@ func (c *cli) parse(fs *flag.FlagSet, help string, args []string) ([]string, err
 			return nil, errHelp
 		}
 		if err != nil {
-			return nil, usageError("%s: %v; run \"dlock help %s\"", fs.Name(), err, strings.TrimPrefix(fs.Name(), "dlock "))
+			cmd := strings.TrimPrefix(fs.Name(), "dlock ")
+			return nil, usageError("%s: %v; run \"dlock help %s\"", cmd, err, cmd)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

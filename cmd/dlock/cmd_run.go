@@ -54,9 +54,11 @@ var kindList = strings.Join(kinds, " | ")
 // dropped so that a nested dlock run never passes on its parent's.
 var childEnv = []string{"DLOCK_NAME", "DLOCK_OWNER", "DLOCK_TOKEN"}
 
-// runFlags are the flags of dlock run.
-type runFlags struct {
-	conn     *connFlags
+// runArgs is a parsed dlock run command line.
+type runArgs struct {
+	eps      []endpoint
+	name     string
+	argv     []string // COMMAND and its arguments
 	wait     optDuration
 	lease    optDuration
 	kind     string
@@ -66,52 +68,62 @@ type runFlags struct {
 	verbose  bool
 }
 
-func (c *cli) runCmd(ctx context.Context, args []string) error {
+// parseRun reads the command line of dlock run without acting on it.
+func (c *cli) parseRun(args []string) (runArgs, error) {
 	fs := newFlagSet("run")
-	f := runFlags{conn: addConnFlags(fs)}
-	fs.Var(&f.wait, "wait", "")
-	fs.Var(&f.lease, "lease", "")
-	fs.StringVar(&f.kind, "kind", "mutex", "")
-	fs.BoolVar(&f.fencing, "fencing", false, "")
-	fs.DurationVar(&f.grace, "grace", 5*time.Second, "")
-	fs.DurationVar(&f.watchdog, "watchdog", dlock.DefaultWatchdogTimeout, "")
-	fs.BoolVar(&f.verbose, "v", false, "")
+	conn := addConnFlags(fs)
+	var a runArgs
+	fs.Var(&a.wait, "wait", "")
+	fs.Var(&a.lease, "lease", "")
+	fs.StringVar(&a.kind, "kind", "mutex", "")
+	fs.BoolVar(&a.fencing, "fencing", false, "")
+	fs.DurationVar(&a.grace, "grace", 5*time.Second, "")
+	fs.DurationVar(&a.watchdog, "watchdog", dlock.DefaultWatchdogTimeout, "")
+	fs.BoolVar(&a.verbose, "v", false, "")
 
 	before, argv, found := cutArgs(args, "--")
 	pos, err := c.parse(fs, runUsage, before)
 	if err != nil {
-		return err
+		return a, err
 	}
 	switch {
 	case len(pos) == 0:
-		return usageError("run: missing lock NAME; usage: dlock run [flags] NAME -- COMMAND [ARGS...]")
+		return a, usageError("run: missing lock NAME; usage: dlock run [flags] NAME -- COMMAND [ARGS...]")
 	case len(pos) > 1:
-		return usageError("run: one lock NAME expected, got %d arguments before \"--\" (%q); usage: dlock run [flags] NAME -- COMMAND [ARGS...]", len(pos), pos)
+		return a, usageError("run: one lock NAME expected, got %d arguments before \"--\" (%q); usage: dlock run [flags] NAME -- COMMAND [ARGS...]", len(pos), pos)
 	case !found:
-		return usageError("run: missing \"--\" before COMMAND; usage: dlock run [flags] NAME -- COMMAND [ARGS...]")
+		return a, usageError("run: missing \"--\" before COMMAND; usage: dlock run [flags] NAME -- COMMAND [ARGS...]")
 	case len(argv) == 0:
-		return usageError("run: missing COMMAND after \"--\"")
-	case f.grace < 0:
-		return usageError("run: --grace must not be negative")
+		return a, usageError("run: missing COMMAND after \"--\"")
+	case a.grace < 0:
+		return a, usageError("run: --grace must not be negative")
+	case a.lease.set && a.lease.d == 0:
+		return a, usageError("run: --lease must be positive")
 	}
-	name := pos[0]
+	a.name, a.argv = pos[0], argv
+	a.eps, err = c.endpoints(conn)
+	return a, err
+}
 
-	var opts []dlock.LockOption
-	if f.lease.set {
-		if f.lease.d == 0 {
-			return usageError("run: --lease must be positive")
-		}
-		opts = append(opts, dlock.WithLease(f.lease.d))
+func (c *cli) runCmd(ctx context.Context, args []string) error {
+	a, err := c.parseRun(args)
+	if err != nil {
+		return err
 	}
-	if f.fencing {
+	name, argv := a.name, a.argv
+	var opts []dlock.LockOption
+	if a.lease.set {
+		opts = append(opts, dlock.WithLease(a.lease.d))
+	}
+	if a.fencing {
 		opts = append(opts, dlock.WithFencing())
 	}
-	s, err := c.openSession(ctx, f.conn, dlock.WithWatchdogTimeout(f.watchdog))
+	s, err := openSession(a.eps, dlock.WithWatchdogTimeout(a.watchdog))
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	lk, err := newLocker(s.locks, f.kind, name, opts...)
+	lk, err := newLocker(s.locks, a.kind, name, opts...)
 	if err != nil {
 		return optionError("run", err)
 	}
@@ -126,9 +138,9 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 	defer signal.Stop(sigs)
 
 	start := time.Now()
-	lockCtx, err := acquire(ctx, lk, f.wait, sigs)
+	lockCtx, err := acquire(ctx, lk, a.wait, sigs)
 	if err != nil {
-		return lockError(name, f.wait, err)
+		return lockError(name, a.wait, err)
 	}
 	owner, _ := s.locks.Owner(lockCtx)
 	env := append(withoutVars(os.Environ(), childEnv), "DLOCK_NAME="+name, "DLOCK_OWNER="+owner)
@@ -136,7 +148,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 	if fenced {
 		env = append(env, "DLOCK_TOKEN="+strconv.FormatInt(token, 10))
 	}
-	if f.verbose {
+	if a.verbose {
 		fmt.Fprintf(c.stderr, "dlock: acquired %q after %v (owner %s%s)\n", name, time.Since(start).Round(time.Millisecond), owner, tokenNote(token, fenced))
 	}
 
@@ -152,7 +164,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 			continue
 		case <-ch.done:
 		case <-lockCtx.Done():
-			return c.lockLost(lockCtx, name, argv[0], ch, f.grace, sigs)
+			return c.lockLost(lockCtx, name, argv[0], ch, a.grace, sigs)
 		}
 		break
 	}
@@ -162,7 +174,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 			return exitf(exitLockLost, "lock %q was lost before %s exited (it exited with status %d); it may have run without the lock", name, argv[0], code)
 		}
 		fmt.Fprintf(c.stderr, "dlock: releasing %q: %v; it frees itself when its lease runs out\n", name, trimPrefix(err))
-	} else if f.verbose {
+	} else if a.verbose {
 		fmt.Fprintf(c.stderr, "dlock: released %q; %s exited with status %d\n", name, argv[0], code)
 	}
 	return &exitError{code: code}

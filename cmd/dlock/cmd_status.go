@@ -22,19 +22,38 @@ Flags:
 
 ` + connectionHelp + "\n" + exitHelp
 
-func (c *cli) statusCmd(ctx context.Context, args []string) error {
+// statusArgs is a parsed dlock status command line.
+type statusArgs struct {
+	eps    []endpoint
+	name   string
+	asJSON bool
+}
+
+// parseStatus reads the command line of dlock status without acting on it.
+func (c *cli) parseStatus(args []string) (statusArgs, error) {
 	fs := newFlagSet("status")
 	conn := addConnFlags(fs)
-	asJSON := fs.Bool("json", false, "")
+	var a statusArgs
+	fs.BoolVar(&a.asJSON, "json", false, "")
 	pos, err := c.parse(fs, statusUsage, args)
+	if err != nil {
+		return a, err
+	}
+	if len(pos) != 1 {
+		return a, usageError("status: one lock NAME expected, got %d arguments; usage: dlock status [flags] NAME", len(pos))
+	}
+	a.name = pos[0]
+	a.eps, err = c.endpoints(conn)
+	return a, err
+}
+
+func (c *cli) statusCmd(ctx context.Context, args []string) error {
+	a, err := c.parseStatus(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageError("status: one lock NAME expected, got %d arguments; usage: dlock status [flags] NAME", len(pos))
-	}
-	name := pos[0]
-	s, err := c.openSession(ctx, conn)
+	name := a.name
+	s, err := openSession(a.eps)
 	if err != nil {
 		return err
 	}
@@ -52,7 +71,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return redisError(fmt.Sprintf("status %q", name), err)
 	}
-	if *asJSON {
+	if a.asJSON {
 		return writeJSON(c.stdout, st)
 	}
 	printStatus(c.stdout, st)

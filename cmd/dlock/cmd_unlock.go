@@ -23,23 +23,42 @@ Flags:
 
 ` + connectionHelp + "\n" + exitHelp
 
-func (c *cli) unlockCmd(ctx context.Context, args []string) error {
+// unlockArgs is a parsed dlock unlock command line.
+type unlockArgs struct {
+	eps  []endpoint
+	name string
+	yes  bool
+}
+
+// parseUnlock reads the command line of dlock unlock without acting on it.
+func (c *cli) parseUnlock(args []string) (unlockArgs, error) {
 	fs := newFlagSet("unlock")
 	conn := addConnFlags(fs)
+	var a unlockArgs
 	force := fs.Bool("force", false, "")
-	yes := fs.Bool("yes", false, "")
+	fs.BoolVar(&a.yes, "yes", false, "")
 	pos, err := c.parse(fs, unlockUsage, args)
+	if err != nil {
+		return a, err
+	}
+	if len(pos) != 1 {
+		return a, usageError("unlock: one lock NAME expected, got %d arguments; usage: dlock unlock --force [--yes] NAME", len(pos))
+	}
+	if !*force {
+		return a, usageError("unlock: --force is required: it deletes the lock whoever holds it")
+	}
+	a.name = pos[0]
+	a.eps, err = c.endpoints(conn)
+	return a, err
+}
+
+func (c *cli) unlockCmd(ctx context.Context, args []string) error {
+	a, err := c.parseUnlock(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usageError("unlock: one lock NAME expected, got %d arguments; usage: dlock unlock --force [--yes] NAME", len(pos))
-	}
-	if !*force {
-		return usageError("unlock: --force is required: it deletes the lock whoever holds it")
-	}
-	name := pos[0]
-	s, err := c.openSession(ctx, conn)
+	name := a.name
+	s, err := openSession(a.eps)
 	if err != nil {
 		return err
 	}
@@ -61,7 +80,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stdout, "lock %q is not held; nothing to unlock\n", name)
 		return nil
 	}
-	if !*yes && !c.confirm(fmt.Sprintf("Delete lock %q, %s? [y/N] ", name, holdersText(st))) {
+	if !a.yes && !c.confirm(fmt.Sprintf("Delete lock %q, %s? [y/N] ", name, holdersText(st))) {
 		return exitf(exitFailure, "unlock: not confirmed; lock %q left as it is", name)
 	}
 	kind := st.Kind

@@ -13,6 +13,9 @@ const versionUsage = `Usage: dlock version [--json]
 Prints dlock's version (the module version it was built from, "(devel)"
 for a build from a working tree), its VCS revision when known, and the Go
 and go-redis versions.
+
+Flags:
+  --json   print JSON
 `
 
 // versionInfo is what dlock version prints.
@@ -25,18 +28,28 @@ type versionInfo struct {
 	Platform string `json:"platform"`
 }
 
-func (c *cli) versionCmd(_ context.Context, args []string) error {
+// parseVersion reads the command line of dlock version: whether --json
+// was given.
+func (c *cli) parseVersion(args []string) (asJSON bool, err error) {
 	fs := newFlagSet("version")
-	asJSON := fs.Bool("json", false, "")
+	fs.BoolVar(&asJSON, "json", false, "")
 	pos, err := c.parse(fs, versionUsage, args)
+	if err != nil {
+		return false, err
+	}
+	if len(pos) > 0 {
+		return false, usageError("version: unexpected argument %q", pos[0])
+	}
+	return asJSON, nil
+}
+
+func (c *cli) versionCmd(_ context.Context, args []string) error {
+	asJSON, err := c.parseVersion(args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageError("version: unexpected argument %q", pos[0])
-	}
 	v := buildVersion()
-	if *asJSON {
+	if asJSON {
 		return writeJSON(c.stdout, v)
 	}
 	fmt.Fprintf(c.stdout, "dlock %s\n", v.Version)

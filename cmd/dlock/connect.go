@@ -68,6 +68,11 @@ func (c *cli) endpoints(f *connFlags) ([]endpoint, error) {
 // error never contains the password.
 func parseEndpoint(raw string) (endpoint, error) {
 	if !strings.Contains(raw, "://") {
+		// host:port is short for redis://host:port; anything else
+		// without a scheme may hold a password, so it is not quoted.
+		if strings.ContainsAny(raw, "/@?#") {
+			return endpoint{}, usageError("invalid Redis URL: no scheme; start it with redis://, rediss:// or unix://")
+		}
 		raw = "redis://" + raw
 	}
 	u, err := url.Parse(raw)

@@ -114,6 +114,9 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockS
 	}
 	st.TTL = &ms
 	h := fields.Val()
+	if !isLockHash(h) {
+		return st, fmt.Errorf("%w: %q is a Redis hash whose fields are not lock owners (<uuid>:<n>) with hold counts", errNotALock, name)
+	}
 	switch {
 	case h[modeField] != "":
 		st.Kind, st.Mode = "rwlock", h[modeField]
@@ -136,8 +139,13 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockS
 		}
 		st.Holders = append(st.Holders, hd)
 	}
+	// Writers first (a write lock's holder may also hold reads), then by
+	// owner.
 	slices.SortFunc(st.Holders, func(a, b holder) int {
-		return strings.Compare(a.Owner+a.Role, b.Owner+b.Role)
+		if c := strings.Compare(b.Role, a.Role); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Owner, b.Owner)
 	})
 	if st.Kind == "rwlock" {
 		if err := readLeases(ctx, rdb, name, st.Holders); err != nil {

@@ -20,11 +20,7 @@ type session struct {
 // openSession parses the connection flags and creates the clients without
 // talking to Redis yet, so that usage errors come first; ping checks the
 // connection.
-func (c *cli) openSession(ctx context.Context, f *connFlags, opts ...dlock.Option) (*session, error) {
-	eps, err := c.endpoints(f)
-	if err != nil {
-		return nil, err
-	}
+func openSession(eps []endpoint, opts ...dlock.Option) (*session, error) {
 	if len(eps) > 1 {
 		return nil, usageError("%d Redis URLs given: several --redis are for RedLock, which this dlock does not have; give one URL (a cluster's seeds go in one URL as addr= parameters)", len(eps))
 	}
@@ -32,6 +28,7 @@ func (c *cli) openSession(ctx context.Context, f *connFlags, opts ...dlock.Optio
 	for _, ep := range eps {
 		s.rdbs = append(s.rdbs, ep.open())
 	}
+	var err error
 	s.locks, err = dlock.New(s.rdbs[0], opts...)
 	if err != nil {
 		s.close()

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestBadArguments checks that every kind of bad invocation exits 2 with
+// one line on stderr that says what is wrong, before any contact with
+// Redis (the URL points nowhere).
+func TestBadArguments(t *testing.T) {
+	env := map[string]string{"DLOCK_REDIS_URL": "redis://127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"frobnicate"}, `dlock: unknown command "frobnicate"; run "dlock help"`},
+		{[]string{"help", "frobnicate"}, `dlock: unknown command "frobnicate"`},
+		{[]string{"run"}, "dlock: run: missing lock NAME"},
+		{[]string{"run", "x"}, `dlock: run: missing "--" before COMMAND`},
+		{[]string{"run", "x", "--"}, `dlock: run: missing COMMAND after "--"`},
+		{[]string{"run", "a", "b", "--", "true"}, `dlock: run: one lock NAME expected, got 2 arguments before "--"`},
+		{[]string{"run", "--wait", "soon", "x", "--", "true"}, `dlock: run: invalid value "soon" for flag -wait: not a duration`},
+		{[]string{"run", "--wait", "-1s", "x", "--", "true"}, "negative duration -1s"},
+		{[]string{"run", "--lease", "0", "x", "--", "true"}, "dlock: run: --lease must be positive"},
+		{[]string{"run", "--grace", "-1s", "x", "--", "true"}, "dlock: run: --grace must not be negative"},
+		{[]string{"run", "--kind", "spin", "x", "--", "true"}, `run: invalid option: unknown kind "spin" (want mutex`},
+		{[]string{"run", "--watchdog", "1ms", "x", "--", "true"}, "dlock: invalid option: watchdog timeout 1ms is outside [30ms, 720h0m0s]"},
+		{[]string{"run", "--lease", "1000000h", "x", "--", "true"}, "dlock: run: invalid option: lease 1000000h0m0s is outside"},
+		{[]string{"run", "a}b", "--", "true"}, `dlock: run: invalid lock name: "a}b"`},
+		{[]string{"run", "", "--", "true"}, "dlock: run: invalid lock name: empty name"},
+		{[]string{"run", "--nope", "x", "--", "true"}, "dlock: run: flag provided but not defined: -nope"},
+		{[]string{"run", "x", "--wait"}, "dlock: run: flag needs an argument: -wait"},
+		{[]string{"run", "--wait"}, "dlock: run: flag needs an argument: -wait"},
+		{[]string{"status"}, "dlock: status: one lock NAME expected, got 0 arguments"},
+		{[]string{"status", "a", "b"}, "dlock: status: one lock NAME expected, got 2 arguments"},
+		{[]string{"status", "x{}"}, `dlock: status: invalid lock name: "x{}"`},
+		{[]string{"status", "--json=maybe", "x"}, `invalid boolean value "maybe" for -json`},
+		{[]string{"list", "a*", "b*"}, "dlock: list: at most one PATTERN expected, got 2 arguments"},
+		{[]string{"unlock", "x"}, "dlock: unlock: --force is required"},
+		{[]string{"unlock", "--force"}, "dlock: unlock: one lock NAME expected, got 0 arguments"},
+		{[]string{"version", "extra"}, `dlock: version: unexpected argument "extra"`},
+		{[]string{"status", "--redis", "foo://h:1", "x"}, "dlock: invalid Redis URL foo://h:1: redis: invalid URL scheme: foo"},
+		{[]string{"status", "--redis", "redis://h:1?bogus=1", "x"}, "dlock: invalid Redis URL redis://h:1?bogus=1: redis: unexpected option: bogus"},
+		{[]string{"status", "--redis", "redis://h:1/notadb", "x"}, `redis: invalid database number: "notadb"`},
+		{[]string{"status", "--redis", "redis://u:p%zz@h:1", "x"}, "dlock: invalid Redis URL: it does not parse as a URL"},
+		{[]string{"status", "--redis", "redis://h:1?cluster=maybe", "x"}, "cluster=maybe; use cluster=true"},
+		{[]string{"status", "--redis", "redis://h:1?addr=nohostport", "x"}, "redis: unable to parse addr param: nohostport"},
+		{[]string{"status", "--redis", "redis://h:1?master_name=m&route_randomly=true", "x"}, "route_by_latency and route_randomly need"},
+		{[]string{"status", "--redis", "redis://h:1?master_name=", "x"}, "empty master_name"},
+		{[]string{"status", "--redis", "redis://a:1", "--redis", "redis://b:2", "x"}, "dlock: 2 Redis URLs given: several --redis are for RedLock"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := cliRunEnv(t, env, "", tc.args...)
+			if r.code != exitUsage {
+				t.Errorf("exit %d, want %d", r.code, exitUsage)
+			}
+			if !strings.Contains(r.stderr, tc.msg) {
+				t.Errorf("stderr %q\nwant it to contain %q", r.stderr, tc.msg)
+			}
+			if n := strings.Count(r.stderr, "\n"); n != 1 {
+				t.Errorf("stderr has %d lines, want 1: %q", n, r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want nothing", r.stdout)
+			}
+		})
+	}
+}
+
+// TestNoArgumentsPrintsUsage: dlock alone prints the usage on stderr and
+// exits 2.
+func TestNoArgumentsPrintsUsage(t *testing.T) {
+	r := cliRun(t)
+	if r.code != exitUsage || !strings.HasPrefix(r.stderr, usage) || !strings.HasSuffix(r.stderr, "dlock: no command given\n") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestHelp checks that help for dlock and for each command goes to stdout
+// with exit 0, however it is asked for, and that each command's help
+// documents every flag the command has and every exit code.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		if r := cliRun(t, args...); r.code != 0 || r.stdout != usage || r.stderr != "" {
+			t.Errorf("dlock %v: exit %d, stdout %.40q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	for _, cmd := range commands() {
+		for _, args := range [][]string{{"help", cmd.name}, {cmd.name, "-h"}, {cmd.name, "--help"}} {
+			if r := cliRun(t, args...); r.code != 0 || r.stdout != cmd.usage || r.stderr != "" {
+				t.Errorf("dlock %v: exit %d, stdout %.40q, stderr %q", args, r.code, r.stdout, r.stderr)
+			}
+		}
+	}
+	for _, code := range []int{exitOK, exitFailure, exitUsage, exitNotObtained, exitUnreachable, exitAuth, exitLockLost, exitCannotExec, exitNotFound} {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^  %d +\S`, code)).MatchString(exitHelp) {
+			t.Errorf("exit code %d is not documented in exitHelp", code)
+		}
+	}
+}
+
+// TestUsageDocumentsEveryFlag defines each command's flags through the
+// command itself (with -h) and checks its usage text names them all.
+func TestUsageDocumentsEveryFlag(t *testing.T) {
+	for _, cmd := range commands() {
+		var seen []string
+		c := &cli{stdout: new(syncBuffer), stderr: new(syncBuffer), getenv: func(string) string { return "" }}
+		// Parse with a FlagSet hook: run the command with -h and collect
+		// the flags it defined from the flag set it parsed.
+		defineHook = func(fs *flag.FlagSet) {
+			fs.VisitAll(func(f *flag.Flag) { seen = append(seen, f.Name) })
+		}
+		_ = cmd.run(c, t.Context(), []string{"-h"})
+		defineHook = nil
+		if len(seen) == 0 && cmd.name != "version" {
+			t.Errorf("%s: no flags seen", cmd.name)
+		}
+		for _, name := range seen {
+			prefix := "--"
+			if len(name) == 1 {
+				prefix = "-"
+			}
+			if !strings.Contains(cmd.usage, "  "+prefix+name+" ") {
+				t.Errorf("dlock %s: flag %s%s is not in the usage text", cmd.name, prefix, name)
+			}
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var listUsage = `Usage: dlock list [flags] [PATTERN]
+
+Lists the locks whose name matches PATTERN, a Redis glob (default *), with
+their kind, holders and lease left. Locks are found with SCAN, never KEYS,
+so listing does not block Redis; on a cluster every master is scanned. A
+lock is a hash whose fields are owners ("<uuid>:<n>") with hold counts (and
+a read-write lock's mode), so locks taken by Redisson (Java) are listed too.
+A fair lock that is free but has waiters is not listed; dlock status shows it.
+
+Flags:
+  --json        print JSON instead of a table
+  --redis URL   see Connection
+
+` + connectionHelp + "\n" + exitHelp
+
+// scanCount is the COUNT hint of each SCAN call.
+const scanCount = 1000
+
+// listArgs is a parsed dlock list command line.
+type listArgs struct {
+	eps     []endpoint
+	pattern string
+	asJSON  bool
+}
+
+// parseList reads the command line of dlock list without acting on it.
+func (c *cli) parseList(args []string) (listArgs, error) {
+	fs := newFlagSet("list")
+	conn := addConnFlags(fs)
+	a := listArgs{pattern: "*"}
+	fs.BoolVar(&a.asJSON, "json", false, "")
+	pos, err := c.parse(fs, listUsage, args)
+	if err != nil {
+		return a, err
+	}
+	if len(pos) > 1 {
+		return a, usageError("list: at most one PATTERN expected, got %d arguments (quote a pattern with * so the shell leaves it alone)", len(pos))
+	}
+	if len(pos) == 1 {
+		a.pattern = pos[0]
+	}
+	a.eps, err = c.endpoints(conn)
+	return a, err
+}
+
+func (c *cli) listCmd(ctx context.Context, args []string) error {
+	a, err := c.parseList(args)
+	if err != nil {
+		return err
+	}
+	pattern := a.pattern
+	s, err := openSession(a.eps)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if err := s.ping(ctx); err != nil {
+		return err
+	}
+	locks, err := listLocks(ctx, s.rdbs[0], pattern)
+	if err != nil {
+		return redisError("list", err)
+	}
+	if a.asJSON {
+		return writeJSON(c.stdout, locks)
+	}
+	if len(locks) == 0 {
+		fmt.Fprintf(c.stdout, "no locks match %q\n", pattern)
+		return nil
+	}
+	printList(c.stdout, locks)
+	return nil
+}
+
+// listLocks finds the locks whose name matches pattern, sorted by name.
+func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]lockState, error) {
+	names, err := scanHashes(ctx, rdb, pattern)
+	if err != nil {
+		return nil, err
+	}
+	locks := []lockState{}
+	for _, name := range names {
+		st, err := inspect(ctx, rdb, name)
+		if errors.Is(err, errNotALock) {
+			continue // another hash, or replaced by another type since the scan
+		}
+		if err != nil {
+			return nil, err
+		}
+		if st.Locked {
+			locks = append(locks, st)
+		}
+	}
+	return locks, nil
+}
+
+// scanHashes returns the names of the hashes matching pattern, sorted and
+// without duplicates, from every master of a cluster.
+func scanHashes(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	var (
+		mu    sync.Mutex
+		names []string
+	)
+	scan := func(ctx context.Context, node redis.Cmdable) error {
+		iter := node.ScanType(ctx, 0, pattern, scanCount, "hash").Iterator()
+		var found []string
+		for iter.Next(ctx) {
+			found = append(found, iter.Val())
+		}
+		mu.Lock()
+		names = append(names, found...)
+		mu.Unlock()
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// printList prints one line per lock.
+func printList(w io.Writer, locks []lockState) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "NAME\tKIND\tHOLDERS\tLEASE LEFT\n")
+	for _, st := range locks {
+		kind := st.Kind
+		if st.Mode != "" {
+			kind += " (" + st.Mode + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", st.Name, kind, holderSummary(st), durationText(*st.TTL))
+	}
+	_ = tw.Flush()
+}
+
+// holderSummary counts holders (by role on a read-write lock) and waiters.
+func holderSummary(st lockState) string {
+	var parts []string
+	if st.Kind == "rwlock" {
+		roles := map[string]int{}
+		for _, h := range st.Holders {
+			roles[h.Role]++
+		}
+		for _, r := range []string{"write", "read"} {
+			if roles[r] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", roles[r], r))
+			}
+		}
+	} else {
+		parts = append(parts, fmt.Sprint(len(st.Holders)))
+	}
+	if len(st.Queue) > 0 {
+		parts = append(parts, fmt.Sprintf("%d waiting", len(st.Queue)))
+	}
+	return strings.Join(parts, ", ")
+}
