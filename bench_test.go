@@ -43,17 +43,21 @@ func BenchmarkLockUnlock(b *testing.B) {
 func BenchmarkHandoff(b *testing.B) {
 	for _, clients := range []int{1, 2} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			benchHandoff(b, clients, 16)
+			benchHandoff(b, clients, 16, func(tb testing.TB, c *Client, name string) Locker {
+				return mustMutex(tb, c, name)
+			})
 		})
 	}
 }
 
-func benchHandoff(b *testing.B, clients, workers int) {
+// benchHandoff runs the handoff benchmark on the locks newLock makes, one
+// per Client.
+func benchHandoff(b *testing.B, clients, workers int, newLock func(tb testing.TB, c *Client, name string) Locker) {
 	const critical, outside = 100 * time.Microsecond, time.Millisecond
 	name := lockName(b)
-	ms := make([]*Mutex, clients)
+	ms := make([]Locker, clients)
 	for i := range ms {
-		ms[i] = mustMutex(b, newClient(b, nil), name)
+		ms[i] = newLock(b, newClient(b, nil), name)
 	}
 	rdb := newRedis(b)
 	cmds := commandCount(b, rdb)
@@ -69,7 +73,7 @@ func benchHandoff(b *testing.B, clients, workers int) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
-		go func(m *Mutex) {
+		go func(m Locker) {
 			defer wg.Done()
 			ctx := context.Background()
 			for left.Add(-1) >= 0 {

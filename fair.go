@@ -31,6 +31,8 @@ type FairMutex struct {
 	handle
 }
 
+var _ Locker = (*FairMutex)(nil)
+
 // NewFairMutex returns a handle on the fair lock called name. It talks to
 // Redis only when used. Options: WithLease, WithFencing,
 // WithFairWaitTimeout.

@@ -64,6 +64,11 @@ type WriteLock struct {
 	handle
 }
 
+var (
+	_ Locker = (*ReadLock)(nil)
+	_ Locker = (*WriteLock)(nil)
+)
+
 // NewRWMutex returns a handle on the read-write lock called name. It talks
 // to Redis only when used. Options, for both halves: WithLease,
 // WithFencing (the token counter is shared by reads and writes).
