@@ -27,7 +27,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"run", "--wait", "-1s", "x", "--", "true"}, "negative duration -1s"},
 		{[]string{"run", "--lease", "0", "x", "--", "true"}, "dlock: run: --lease must be positive"},
 		{[]string{"run", "--grace", "-1s", "x", "--", "true"}, "dlock: run: --grace must not be negative"},
-		{[]string{"run", "--kind", "spin", "x", "--", "true"}, `run: invalid option: unknown kind "spin" (want mutex`},
+		{[]string{"run", "--kind", "spin", "x", "--", "true"}, `run: invalid option: unknown kind "spin" (want mutex, fair, read, write)`},
 		{[]string{"run", "--watchdog", "1ms", "x", "--", "true"}, "dlock: invalid option: watchdog timeout 1ms is outside [30ms, 720h0m0s]"},
 		{[]string{"run", "--lease", "1000000h", "x", "--", "true"}, "dlock: run: invalid option: lease 1000000h0m0s is outside"},
 		{[]string{"run", "a}b", "--", "true"}, `dlock: run: invalid lock name: "a}b"`},
@@ -51,7 +51,9 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"status", "--redis", "redis://h:1?addr=nohostport", "x"}, "redis: unable to parse addr param: nohostport"},
 		{[]string{"status", "--redis", "redis://h:1?master_name=m&route_randomly=true", "x"}, "route_by_latency and route_randomly need"},
 		{[]string{"status", "--redis", "redis://h:1?master_name=", "x"}, "empty master_name"},
-		{[]string{"status", "--redis", "redis://a:1", "--redis", "redis://b:2", "x"}, "dlock: 2 Redis URLs given: several --redis are for RedLock"},
+		{[]string{"run", "--redis", "redis://a:1", "--redis", "redis://b:2", "x", "--", "true"}, "dlock: run: invalid option: a RedLock needs an odd number of servers, at least 3; got 2"},
+		{[]string{"run", "--redis", "a:1", "--redis", "b:1", "--redis", "a:1", "x", "--", "true"}, "dlock: run: invalid option: RedLock server a:1 appears twice"},
+		{[]string{"run", "--kind", "fair", "--redis", "a:1", "--redis", "b:1", "--redis", "c:1", "x", "--", "true"}, "several --redis make a RedLock, which is a mutex; --kind fair needs one Redis deployment"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := cliRunEnv(t, env, "", tc.args...)

@@ -72,18 +72,38 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 	if err := s.ping(ctx); err != nil {
 		return err
 	}
-	locks, err := listLocks(ctx, s.rdbs[0], pattern)
-	if err != nil {
-		return redisError("list", err)
+	all := make([][]lockState, len(s.rdbs))
+	for i, rdb := range s.rdbs {
+		if all[i], err = listLocks(ctx, rdb, pattern); err != nil {
+			return redisError("list on "+s.eps[i].display, err)
+		}
 	}
-	if a.asJSON {
-		return writeJSON(c.stdout, locks)
-	}
-	if len(locks) == 0 {
-		fmt.Fprintf(c.stdout, "no locks match %q\n", pattern)
+	if len(all) == 1 {
+		if a.asJSON {
+			return writeJSON(c.stdout, all[0])
+		}
+		printList(c.stdout, pattern, all[0])
 		return nil
 	}
-	printList(c.stdout, locks)
+	// Several servers (RedLock): each one's locks.
+	if a.asJSON {
+		type nodeLocks struct {
+			Redis string      `json:"redis"`
+			Locks []lockState `json:"locks"`
+		}
+		out := make([]nodeLocks, len(all))
+		for i, locks := range all {
+			out[i] = nodeLocks{s.eps[i].display, locks}
+		}
+		return writeJSON(c.stdout, out)
+	}
+	for i, locks := range all {
+		if i > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		fmt.Fprintf(c.stdout, "== server %d of %d: %s\n", i+1, len(all), s.eps[i].display)
+		printList(c.stdout, pattern, locks)
+	}
 	return nil
 }
 
@@ -141,7 +161,11 @@ func scanHashes(ctx context.Context, rdb redis.UniversalClient, pattern string) 
 }
 
 // printList prints one line per lock.
-func printList(w io.Writer, locks []lockState) {
+func printList(w io.Writer, pattern string, locks []lockState) {
+	if len(locks) == 0 {
+		fmt.Fprintf(w, "no locks match %q\n", pattern)
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "NAME\tKIND\tHOLDERS\tLEASE LEFT\n")
 	for _, st := range locks {

@@ -123,7 +123,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.close()
-	lk, err := newLocker(s.locks, a.kind, name, opts...)
+	lk, err := s.newLocker(a.kind, name, opts...)
 	if err != nil {
 		return optionError("run", err)
 	}
@@ -142,7 +142,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return lockError(name, a.wait, err)
 	}
-	owner, _ := s.locks.Owner(lockCtx)
+	owner, _ := s.clients[0].Owner(lockCtx)
 	env := append(withoutVars(os.Environ(), childEnv), "DLOCK_NAME="+name, "DLOCK_OWNER="+owner)
 	token, fenced := dlock.Token(lockCtx)
 	if fenced {

@@ -58,24 +58,59 @@ func (c *cli) statusCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.close()
-	if _, err := newLocker(s.locks, "mutex", name); err != nil {
-		return optionError("status", err)
+	if err := s.validName("status", name); err != nil {
+		return err
 	}
 	if err := s.ping(ctx); err != nil {
 		return err
 	}
-	st, err := inspect(ctx, s.rdbs[0], name)
-	if errors.Is(err, errNotALock) {
-		return exitf(exitFailure, "status: %v", err)
-	}
+	states, err := inspectAll(ctx, s, name)
 	if err != nil {
-		return redisError(fmt.Sprintf("status %q", name), err)
+		return err
 	}
+	if len(states) == 1 {
+		if a.asJSON {
+			return writeJSON(c.stdout, states[0])
+		}
+		printStatus(c.stdout, states[0])
+		return nil
+	}
+	// Several servers (RedLock): each one's view of the lock.
 	if a.asJSON {
-		return writeJSON(c.stdout, st)
+		type nodeStatus struct {
+			Redis  string    `json:"redis"`
+			Status lockState `json:"status"`
+		}
+		out := make([]nodeStatus, len(states))
+		for i, st := range states {
+			out[i] = nodeStatus{s.eps[i].display, st}
+		}
+		return writeJSON(c.stdout, out)
 	}
-	printStatus(c.stdout, st)
+	for i, st := range states {
+		if i > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		fmt.Fprintf(c.stdout, "== server %d of %d: %s\n", i+1, len(states), s.eps[i].display)
+		printStatus(c.stdout, st)
+	}
 	return nil
+}
+
+// inspectAll reads lock name on every server of the session.
+func inspectAll(ctx context.Context, s *session, name string) ([]lockState, error) {
+	states := make([]lockState, len(s.rdbs))
+	for i, rdb := range s.rdbs {
+		st, err := inspect(ctx, rdb, name)
+		if errors.Is(err, errNotALock) {
+			return nil, exitf(exitFailure, "%v", err)
+		}
+		if err != nil {
+			return nil, redisError(fmt.Sprintf("reading lock %q on %s", name, s.eps[i].display), err)
+		}
+		states[i] = st
+	}
+	return states, nil
 }
 
 // printStatus prints a lock's state for people.

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -63,28 +62,33 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.close()
-	if _, err := newLocker(s.locks, "mutex", name); err != nil {
-		return optionError("unlock", err)
+	if err := s.validName("unlock", name); err != nil {
+		return err
 	}
 	if err := s.ping(ctx); err != nil {
 		return err
 	}
-	st, err := inspect(ctx, s.rdbs[0], name)
-	if errors.Is(err, errNotALock) {
-		return exitf(exitFailure, "unlock: %v; not deleting it", err)
-	}
+	states, err := inspectAll(ctx, s, name)
 	if err != nil {
-		return redisError(fmt.Sprintf("unlock %q", name), err)
+		return err
 	}
-	if !st.Locked && len(st.Queue) == 0 {
+	// On several servers (RedLock) the first that has the lock describes
+	// it.
+	st := states[0]
+	for _, other := range states {
+		if other.Locked {
+			st = other
+			break
+		}
+	}
+	if !st.Locked {
 		fmt.Fprintf(c.stdout, "lock %q is not held; nothing to unlock\n", name)
 		return nil
 	}
 	if !a.yes && !c.confirm(fmt.Sprintf("Delete lock %q, %s? [y/N] ", name, holdersText(st))) {
 		return exitf(exitFailure, "unlock: not confirmed; lock %q left as it is", name)
 	}
-	kind := st.Kind
-	lk, err := newLocker(s.locks, forceKind(kind), name)
+	lk, err := s.newLocker(forceKind(st), name)
 	if err != nil {
 		return optionError("unlock", err)
 	}
@@ -98,12 +102,6 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "unlocked %q (%s)\n", name, holdersText(st))
 	return nil
-}
-
-// forceKind is the kind of handle whose ForceUnlock frees a lock of the
-// inspected kind.
-func forceKind(kind string) string {
-	return "mutex"
 }
 
 // confirm asks question on stderr and reports whether the answer read from

@@ -131,8 +131,8 @@ func TestStatusNotALock(t *testing.T) {
 	prefix := "golden:notalock:"
 	goldenLocks(t, prefix)
 	for name, msg := range map[string]string{
-		"app-hash":   `dlock: status: not a lock: "golden:notalock:app-hash" is a Redis hash whose fields are not lock owners`,
-		"app-string": `dlock: status: not a lock: "golden:notalock:app-string" is a Redis string`,
+		"app-hash":   `dlock: not a lock: "golden:notalock:app-hash" is a Redis hash whose fields are not lock owners`,
+		"app-string": `dlock: not a lock: "golden:notalock:app-string" is a Redis string`,
 	} {
 		r := cliRun(t, "status", prefix+name)
 		if r.code != exitFailure || !strings.HasPrefix(r.stderr, msg) {

@@ -9,32 +9,38 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// session is the connection of one command: the Redis clients for its
-// endpoints and a dlock Client on them.
+// session is the connection of one command: a Redis client and a dlock
+// Client per endpoint (several endpoints are RedLock's independent
+// servers).
 type session struct {
-	eps   []endpoint
-	rdbs  []redis.UniversalClient
-	locks *dlock.Client
+	eps     []endpoint
+	rdbs    []redis.UniversalClient
+	clients []*dlock.Client
 }
 
-// openSession parses the connection flags and creates the clients without
-// talking to Redis yet, so that usage errors come first; ping checks the
-// connection.
+// openSession creates the clients without talking to Redis yet, so that
+// usage errors come first; ping checks the connection.
 func openSession(eps []endpoint, opts ...dlock.Option) (*session, error) {
-	if len(eps) > 1 {
-		return nil, usageError("%d Redis URLs given: several --redis are for RedLock, which this dlock does not have; give one URL (a cluster's seeds go in one URL as addr= parameters)", len(eps))
-	}
 	s := &session{eps: eps}
 	for _, ep := range eps {
-		s.rdbs = append(s.rdbs, ep.open())
-	}
-	var err error
-	s.locks, err = dlock.New(s.rdbs[0], opts...)
-	if err != nil {
-		s.close()
-		return nil, optionError("", err)
+		rdb := ep.open()
+		s.rdbs = append(s.rdbs, rdb)
+		c, err := dlock.New(rdb, opts...)
+		if err != nil {
+			s.close()
+			return nil, optionError("", err)
+		}
+		s.clients = append(s.clients, c)
 	}
 	return s, nil
+}
+
+// validName checks a lock name the way the library does.
+func (s *session) validName(cmd, name string) error {
+	if _, err := s.clients[0].NewMutex(name); err != nil {
+		return optionError(cmd, err)
+	}
+	return nil
 }
 
 // ping checks that every endpoint answers and accepts the credentials.
@@ -47,10 +53,10 @@ func (s *session) ping(ctx context.Context) error {
 	return nil
 }
 
-// close closes the dlock Client and then the Redis clients.
+// close closes the dlock Clients and then the Redis clients.
 func (s *session) close() {
-	if s.locks != nil {
-		_ = s.locks.Close()
+	for _, c := range s.clients {
+		_ = c.Close()
 	}
 	for _, r := range s.rdbs {
 		_ = r.Close()
