@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/watchdog"
@@ -154,5 +155,45 @@ func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args 
 	if chk := replicaCheckFrom(ctx, c); chk != nil {
 		return c.evalSynced(ctx, chk, s, keys, args...)
 	}
-	return s.Run(ctx, c.rdb, keys, args...)
+	var cmd *redis.Cmd
+	retryTransient(ctx, func() error {
+		cmd = s.Run(ctx, c.rdb, keys, args...)
+		return cmd.Err()
+	})
+	return cmd
+}
+
+// transientBudget bounds how long a script a cluster refuses for the moment
+// is tried again when ctx has no deadline (Unlock, for one).
+const transientBudget = 5 * time.Second
+
+// retryTransient calls run until it returns anything but a transient
+// refusal, ctx ends, or, for a ctx without deadline, transientBudget
+// passes. Running a lock script again is safe: its request latch makes a
+// script that did run answer the same again.
+func retryTransient(ctx context.Context, run func() error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(transientBudget)
+	}
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		if err := run(); !transient(err) || time.Now().Add(pause).After(deadline) || !sleepCtx(ctx, pause) {
+			return
+		}
+	}
+}
+
+// transient reports a refusal that goes away by itself. While a slot
+// migrates, a script with several keys of which some are missing (a new
+// request latch always is) is refused on both nodes: TRYAGAIN, or ASK from
+// the old owner once go-redis has run out of redirects. CLUSTERDOWN lasts
+// while a cluster replaces a failed master. go-redis retries these a few
+// times within milliseconds; migrations and elections take longer.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	_, ask := redis.IsAskError(err)
+	_, moved := redis.IsMovedError(err)
+	return ask || moved || redis.IsTryAgainError(err) || redis.IsClusterDownError(err)
 }

@@ -30,8 +30,8 @@ type replicaSync struct {
 
 func (r replicaSync) enabled() bool { return r.replicas > 0 }
 
-// maxRedirects bounds how often one synced script follows MOVED, ASK or
-// TRYAGAIN during a slot migration.
+// maxRedirects bounds how often one try of a synced script follows MOVED
+// or ASK.
 const maxRedirects = 16
 
 func (r replicaSync) validate() error {
@@ -110,53 +110,49 @@ func (h *handle) attempt(ctx context.Context, req request) (attemptResult, error
 }
 
 // evalSynced runs a script and WAIT in one pipeline on the node that serves
-// keys[0], and records in chk whether enough replicas acknowledged. It
-// follows cluster redirects itself, since the pipeline runs on one node's
-// client, and falls back from EVALSHA to EVAL on NOSCRIPT (the script cache
-// is empty after a failover or SCRIPT FLUSH).
+// keys[0], and records in chk whether enough replicas acknowledged. Like
+// eval, it tries again while a cluster refuses the script for the moment.
 func (c *Client) evalSynced(ctx context.Context, chk *replicaCheck, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	retryTransient(ctx, func() error {
+		cmd = c.runSynced(ctx, chk, s, keys, args)
+		return cmd.Err()
+	})
+	return cmd
+}
+
+// runSynced makes one try of evalSynced. The pipeline runs on one node's
+// client, which does not follow cluster redirects, so runSynced follows
+// MOVED and ASK itself. runWithWait falls back from EVALSHA to EVAL on
+// NOSCRIPT (the script cache is empty after a failover or SCRIPT FLUSH).
+func (c *Client) runSynced(ctx context.Context, chk *replicaCheck, s *redis.Script, keys []string, args []any) *redis.Cmd {
 	node, err := c.nodeFor(ctx, keys[0])
 	if err != nil {
 		return errCmd(ctx, err)
 	}
 	asking := false
-	for attempt := 1; ; attempt++ {
+	for redirects := 0; ; redirects++ {
 		cmd, wait := runWithWait(ctx, node, asking, s, keys, args, c.cfg.replicas)
-		err := cmd.Err()
-		if err == nil {
+		if cmd.Err() == nil {
 			chk.err = c.cfg.replicas.judge(wait)
 			return cmd
 		}
 		cc, ok := c.rdb.(*redis.ClusterClient)
-		if !ok || attempt == maxRedirects {
+		moved, isMoved := redis.IsMovedError(cmd.Err())
+		ask, isAsk := redis.IsAskError(cmd.Err())
+		if !ok || !(isMoved || isAsk) || redirects == maxRedirects {
 			return cmd
 		}
-		moved, movedOK := redis.IsMovedError(err)
-		ask, askOK := redis.IsAskError(err)
-		switch {
-		case movedOK || askOK:
+		addr := moved
+		if isAsk {
+			addr = ask
+		} else {
 			cc.ReloadState(ctx)
-			addr := moved
-			if askOK {
-				addr = ask
-			}
-			if node, err = nodeAt(ctx, cc, addr); err != nil {
-				return cmd
-			}
-			asking = askOK
-		case redis.IsTryAgainError(err) || redis.IsClusterDownError(err):
-			// A multi-key script during a migration, or a cluster
-			// electing a new master: wait a little and try again.
-			if !sleepCtx(ctx, time.Duration(attempt)*10*time.Millisecond) {
-				return cmd
-			}
-			if node, err = c.nodeFor(ctx, keys[0]); err != nil {
-				return cmd
-			}
-			asking = false
-		default:
+		}
+		if node, err = nodeAt(ctx, cc, addr); err != nil {
 			return cmd
 		}
+		asking = isAsk
 	}
 }
 
