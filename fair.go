@@ -25,6 +25,12 @@ import (
 // lock, because each attempt pushes its deadline forward; a waiting Lock
 // attempts at least every half fair wait timeout.
 //
+// Give every handle on one lock, in Go and in Java, the same fair wait
+// timeout: a waiter that takes the lock moves the others up by its own
+// timeout. Deadlines are read on the Redis server's clock (Redisson's
+// scripts use the calling client's clock), so Java clients interoperate as
+// long as their clocks are close to the server's.
+//
 // Reentrancy, leases, the watchdog, lock contexts and fencing are as for
 // the Mutex. A FairMutex is safe for concurrent use.
 type FairMutex struct {

@@ -52,14 +52,16 @@ type RWMutex struct {
 
 // ReadLock is the read half of an RWMutex: held by many owners at once,
 // never together with another owner's write lock. IsLocked and TTL report
-// on the whole read-write lock.
+// on the whole read-write lock; ForceUnlock deletes it only while it is
+// held in read mode, as Redisson's does.
 type ReadLock struct {
 	handle
 }
 
 // WriteLock is the write half of an RWMutex: held by one owner at a time,
 // and only when no other owner holds a read lock. IsLocked and TTL report
-// on the whole read-write lock.
+// on the whole read-write lock; ForceUnlock deletes it only while it is
+// held in write mode, as Redisson's does.
 type WriteLock struct {
 	handle
 }
