@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -68,7 +69,17 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		holds:   map[holdKey]*hold{},
 	}
 	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
-	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, c.renewGroup, c.renew, func(err error) {
+	interval := cfg.watchdogTimeout / 3
+	c.watchdog = watchdog.New(interval, cfg.batchSize, c.renewGroup, func(ctx context.Context, group string, holds []*hold) error {
+		// A master that stopped answering must not hold up the renewal
+		// of every other batch, nor the next try once the cluster or
+		// Sentinel has replaced it: go-redis alone would retry a
+		// timed-out command several times.
+		ctx, cancel := context.WithTimeout(ctx, interval)
+		defer cancel()
+		return c.renew(ctx, group, holds)
+	}, func(err error) {
+		c.reroute(context.Background(), err)
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})
 	return c, nil
@@ -158,9 +169,23 @@ func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args 
 	var cmd *redis.Cmd
 	retryTransient(ctx, func() error {
 		cmd = s.Run(ctx, c.rdb, keys, args...)
+		c.reroute(ctx, cmd.Err())
 		return cmd.Err()
 	})
 	return cmd
+}
+
+// reroute has a cluster client reload its slot map after err, when err is
+// not a reply from Redis (a timeout, a refused connection). go-redis
+// reloads the map on MOVED, but a master that stops answering sends none:
+// without this, commands would go on timing out against it until the
+// periodic reload (60s by default), long after the cluster promoted its
+// replica.
+func (c *Client) reroute(ctx context.Context, err error) {
+	var reply redis.Error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok && err != nil && !errors.As(err, &reply) {
+		cc.ReloadState(ctx)
+	}
 }
 
 // transientBudget bounds how long a script a cluster refuses for the moment
@@ -187,13 +212,17 @@ func retryTransient(ctx context.Context, run func() error) {
 // migrates, a script with several keys of which some are missing (a new
 // request latch always is) is refused on both nodes: TRYAGAIN, or ASK from
 // the old owner once go-redis has run out of redirects. CLUSTERDOWN lasts
-// while a cluster replaces a failed master. go-redis retries these a few
-// times within milliseconds; migrations and elections take longer.
+// while a cluster replaces a failed master; READONLY and MASTERDOWN while a
+// client still talks to a master that was just demoted or to a replica
+// that lost its master; LOADING while a restarted server loads its data.
+// go-redis retries these a few times within milliseconds; migrations,
+// elections and loads take longer.
 func transient(err error) bool {
 	if err == nil {
 		return false
 	}
 	_, ask := redis.IsAskError(err)
 	_, moved := redis.IsMovedError(err)
-	return ask || moved || redis.IsTryAgainError(err) || redis.IsClusterDownError(err)
+	return ask || moved || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) ||
+		redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) || redis.IsLoadingError(err)
 }

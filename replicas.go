@@ -137,6 +137,7 @@ func (c *Client) runSynced(ctx context.Context, chk *replicaCheck, s *redis.Scri
 			chk.err = c.cfg.replicas.judge(wait)
 			return cmd
 		}
+		c.reroute(ctx, cmd.Err())
 		cc, ok := c.rdb.(*redis.ClusterClient)
 		moved, isMoved := redis.IsMovedError(cmd.Err())
 		ask, isAsk := redis.IsAskError(cmd.Err())

@@ -97,6 +97,14 @@ func sentinelTopology(t testing.TB) topology {
 	}
 }
 
+// sentinelPauseTopology is the Sentinel setup under another name, for the
+// failover test that freezes the master instead of asking for a failover.
+func sentinelPauseTopology(t testing.TB) topology {
+	tp := sentinelTopology(t)
+	tp.name = "sentinel-pause"
+	return tp
+}
+
 // newClusterRedis returns a cluster client with short timeouts, so that a
 // failed node is given up on quickly, closed with t.
 func newClusterRedis(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
@@ -105,7 +113,6 @@ func newClusterRedis(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
 		DialTimeout:  time.Second,
 		ReadTimeout:  time.Second,
 		WriteTimeout: time.Second,
-		MaxRedirects: 16,
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
