@@ -154,7 +154,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 
 	ch, err := startChild(argv, env, c.stdin, c.stdout, c.stderr)
 	if err != nil {
-		release(lk, lockCtx)
+		_ = release(lk, lockCtx)
 		return err
 	}
 	for {
@@ -232,11 +232,22 @@ func lockError(name string, wait optDuration, err error) error {
 	case errors.As(err, &se):
 		return exitf(exitSignalBase+int(se.sig), "gave up waiting for lock %q: %v", name, se)
 	case errors.Is(err, dlock.ErrNotObtained) && wait.set && wait.d == 0:
-		return exitf(exitNotObtained, "lock %q is held by another owner (--wait 0)", name)
+		return exitf(exitNotObtained, "lock %q is held by another owner (--wait 0)%s", name, quorumNote(err))
+	case errors.Is(err, dlock.ErrNotObtained) && wait.set:
+		return exitf(exitNotObtained, "lock %q not obtained within --wait %v%s", name, wait.d, quorumNote(err))
 	case errors.Is(err, dlock.ErrNotObtained):
-		return exitf(exitNotObtained, "lock %q not obtained within --wait %v", name, wait.d)
+		return exitf(exitNotObtained, "%s", trimPrefix(err))
 	}
 	return redisError(fmt.Sprintf("taking lock %q", name), err)
+}
+
+// quorumNote is, for a RedLock, what each server that refused said.
+func quorumNote(err error) string {
+	var qe *dlock.QuorumError
+	if errors.As(err, &qe) {
+		return " (" + qe.Error() + ")"
+	}
+	return ""
 }
 
 // lockLost stops COMMAND after the lock was lost under it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -181,10 +180,12 @@ func pingOne(ctx context.Context, ep endpoint, rdb redis.UniversalClient) error 
 // connError classifies a failed first contact: refused credentials (exit
 // 5) or anything else that kept dlock from talking to Redis (exit 4).
 func (ep endpoint) connError(err error) error {
-	msg := ep.scrub(err.Error())
+	msg := strings.TrimSpace(ep.scrub(err.Error()))
 	switch {
 	case redis.IsAuthError(err) || redis.IsPermissionError(err):
 		return exitf(exitAuth, "Redis at %s refused the credentials: %s", ep.display, msg)
+	case errors.Is(err, context.DeadlineExceeded) && ep.mode == "sentinel":
+		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer from the sentinels or the master within %v", ep.display, pingTimeout)
 	case errors.Is(err, context.DeadlineExceeded):
 		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer within %v (a TLS server needs rediss://, a plain one redis://)", ep.display, pingTimeout)
 	case errors.Is(err, context.Canceled):
@@ -197,15 +198,17 @@ func (ep endpoint) connError(err error) error {
 	return exitf(exitUnreachable, "cannot talk to Redis at %s: %s", ep.display, msg)
 }
 
-// redisError reports a failed Redis command after the first contact.
+// redisError reports a failed Redis command after the first contact: a
+// missing ACL permission (exit 5), a lost connection (exit 4) or another
+// error (exit 1).
 func redisError(what string, err error) error {
-	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
-		return exitf(exitAuth, "%s: %v", what, err)
+	msg := trimPrefix(err)
+	var ne net.Error
+	switch {
+	case redis.IsAuthError(err) || redis.IsPermissionError(err):
+		return exitf(exitAuth, "%s: %s", what, msg)
+	case errors.As(err, &ne):
+		return exitf(exitUnreachable, "%s: %s", what, msg)
 	}
-	return exitf(exitFailure, "%s: %v", what, err)
-}
-
-// describe is how an endpoint is named in messages: its mode and masked URL.
-func (ep endpoint) describe() string {
-	return fmt.Sprintf("%s %s", ep.mode, ep.display)
+	return exitf(exitFailure, "%s: %s", what, msg)
 }
