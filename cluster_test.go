@@ -361,3 +361,52 @@ func TestClusterReshardUnderHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterSubscriptionsPerSlot: a Client's waiters share one sharded
+// subscription connection per hash slot (go-redis resubscribes all the
+// channels of a connection with one SSUBSCRIBE, which a cluster refuses
+// across slots), and the connection closes with the slot's last waiter.
+func TestClusterSubscriptionsPerSlot(t *testing.T) {
+	tp := clusterTopology(t)
+	ctx := context.Background()
+	base := topoName(t, tp)
+	holder := newClient(t, tp.redis(t))
+	waiter := newClient(t, tp.redis(t))
+	names := []string{base + ":{x}:1", base + ":{x}:2", base + ":{y}", base + ":{z}"}
+	slots := map[uint16]bool{}
+	var held []context.Context
+	var waits []<-chan lockResult
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for _, n := range names {
+		slots[slot(n)] = true
+		held = append(held, mustLock(t, ctx, mustMutex(t, holder, n, WithLease(30*time.Second))))
+		waits = append(waits, lockAsync(wctx, mustMutex(t, waiter, n, WithLease(30*time.Second))))
+	}
+	eventually(t, 10*time.Second, func() error {
+		for _, n := range names {
+			if w := waiter.hub.Waiters(prefixName(channelPrefix, n)); w != 1 {
+				return fmt.Errorf("%s: %d waiters", n, w)
+			}
+		}
+		if got := waiter.hub.Connections(); got != len(slots) {
+			return fmt.Errorf("%d subscription connections for %d slots", got, len(slots))
+		}
+		return nil
+	})
+	for i, n := range names {
+		if err := mustMutex(t, holder, n).Unlock(held[i]); err != nil {
+			t.Fatal(err)
+		}
+		lctx := await(t, waits[i], 10*time.Second, "waiter on "+n)
+		if err := mustMutex(t, waiter, n).Unlock(lctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, func() error {
+		if got := waiter.hub.Connections(); got != 0 {
+			return fmt.Errorf("%d subscription connections left", got)
+		}
+		return nil
+	})
+}

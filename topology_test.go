@@ -173,38 +173,83 @@ func nodeKeys(ctx context.Context, n *redistest.Server, s string) []any {
 	return keys
 }
 
-// topoLock is what the topology tests use of a lock half.
-type topoLock interface {
-	Lock(context.Context) (context.Context, error)
-	TryLock(context.Context) (context.Context, error)
-	Unlock(context.Context) error
-	ForceUnlock(context.Context) (bool, error)
-	HoldCount(context.Context) (int, error)
+// kindCase is one way of excluding: a holder and a waiter lock on the same
+// name that cannot be held together.
+type kindCase struct {
+	name           string
+	holder, waiter func(t testing.TB, c *Client, name string, opts ...LockOption) Locker
+	// breaker returns a lock whose ForceUnlock ends the holder's hold;
+	// nil: the holder itself.
+	breaker func(t testing.TB, c *Client, name string) forceUnlocker
+	// members are the names of the locks the holder takes; nil: name.
+	members func(name string) []string
+	// polls is set for kinds whose waiters retry on a timer instead of
+	// subscribing (RedLock: its servers share no channel).
+	polls bool
 }
 
-// kindCase is one way of excluding: a holder and a waiter kind on the same
-// lock name that cannot hold it together.
-type kindCase struct {
-	name   string
-	holder func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock
-	waiter func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock
+type forceUnlocker interface {
+	ForceUnlock(context.Context) (bool, error)
+}
+
+type holdCounter interface {
+	HoldCount(context.Context) (int, error)
 }
 
 // topologyKinds lists every lock kind the topology tests run.
 func topologyKinds() []kindCase {
-	mutex := func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock {
+	mutex := func(t testing.TB, c *Client, name string, opts ...LockOption) Locker {
 		return mustMutex(t, c, name, opts...)
 	}
-	fair := func(t testing.TB, c *Client, name string, opts ...LockOption) topoLock {
-		m, err := c.NewFairMutex(name, opts...)
+	fair := func(t testing.TB, c *Client, name string, opts ...LockOption) Locker {
+		return must(c.NewFairMutex(name, opts...))(t)
+	}
+	read := func(t testing.TB, c *Client, name string, opts ...LockOption) Locker {
+		return must(c.NewRWMutex(name, opts...))(t).ReadLock()
+	}
+	write := func(t testing.TB, c *Client, name string, opts ...LockOption) Locker {
+		return must(c.NewRWMutex(name, opts...))(t).WriteLock()
+	}
+	// A MultiLock over two Mutexes, in different slots on the cluster.
+	multiMembers := func(name string) []string { return []string{name + ":a", name + ":b"} }
+	multi := func(t testing.TB, c *Client, name string, opts ...LockOption) Locker {
+		var members []Locker
+		for _, n := range multiMembers(name) {
+			members = append(members, mustMutex(t, c, n, opts...))
+		}
+		return must(NewMultiLock(members...))(t)
+	}
+	// A RedLock over the topology under test, the other topology and the
+	// package's plain server.
+	red := func(t testing.TB, c *Client, name string, opts ...LockOption) Locker {
+		other := clusterTopology(t)
+		if c.cluster {
+			other = sentinelTopology(t)
+		}
+		clients := []*Client{c, newClient(t, other.redis(t), WithWatchdogTimeout(c.cfg.watchdogTimeout)),
+			newClient(t, nil, WithWatchdogTimeout(c.cfg.watchdogTimeout))}
+		return must(NewRedLock(clients, name, opts...))(t)
+	}
+	return []kindCase{
+		{name: "Mutex", holder: mutex, waiter: mutex},
+		{name: "FairMutex", holder: fair, waiter: fair},
+		{name: "RWMutex-write-read", holder: write, waiter: read},
+		{name: "RWMutex-read-write", holder: read, waiter: write},
+		{name: "MultiLock", holder: multi, waiter: multi, members: multiMembers,
+			breaker: func(t testing.TB, c *Client, name string) forceUnlocker { return mustMutex(t, c, multiMembers(name)[0]) }},
+		{name: "RedLock", holder: red, waiter: red, polls: true},
+	}
+}
+
+// must returns v, or fails the test given to the returned function if err
+// is not nil: must(NewX(...))(t).
+func must[T any](v T, err error) func(testing.TB) T {
+	return func(t testing.TB) T {
+		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m
-	}
-	return []kindCase{
-		{"Mutex", mutex, mutex},
-		{"FairMutex", fair, fair},
+		return v
 	}
 }
 
@@ -230,18 +275,25 @@ func TestTopologyKinds(t *testing.T) {
 func testTopologyKind(t *testing.T, tp topology, kc kindCase) {
 	ctx := context.Background()
 	name := topoName(t, tp)
+	members := []string{name}
+	if kc.members != nil {
+		members = kc.members(name)
+	}
 	a := newClient(t, tp.redis(t))
 	b := newClient(t, tp.redis(t))
 	// A lease far longer than the test: if the waiter gets in quickly, the
-	// unlock message woke it, not the lease running out.
+	// unlock message woke it, not the lease running out. (A RedLock waiter
+	// polls every few milliseconds instead.)
 	const lease = 30 * time.Second
 	ha := kc.holder(t, a, name, WithLease(lease))
 	hb := kc.waiter(t, b, name, WithLease(lease))
 
 	la := mustLock(t, ctx, ha)
-	la2 := mustLock(t, la, ha)
-	if n, err := ha.HoldCount(la); err != nil || n != 2 {
-		t.Fatalf("HoldCount after reentry = %d, %v; want 2", n, err)
+	la2 := mustLock(t, la, ha) // reentry: it would wait for itself otherwise
+	if hc, ok := ha.(holdCounter); ok {
+		if n, err := hc.HoldCount(la); err != nil || n != 2 {
+			t.Fatalf("HoldCount after reentry = %d, %v; want 2", n, err)
+		}
 	}
 	if err := ha.Unlock(la2); err != nil {
 		t.Fatal(err)
@@ -250,35 +302,22 @@ func testTopologyKind(t *testing.T, tp topology, kc kindCase) {
 		t.Fatalf("TryLock of a held lock from another Client: %v, want ErrNotObtained", err)
 	}
 
-	type result struct {
-		lctx context.Context
-		err  error
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := lockAsync(wctx, hb)
+	if !kc.polls {
+		eventually(t, 10*time.Second, func() error { return checkSubscribed(ctx, tp, name) })
 	}
-	got := make(chan result, 1)
-	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		l, err := hb.Lock(wctx)
-		got <- result{l, err}
-	}()
-	eventually(t, 10*time.Second, func() error { return checkSubscribed(ctx, tp, name) })
-	checkOneSlot(t, ctx, tp, name)
+	for _, m := range members {
+		checkOneSlot(t, ctx, tp, m)
+	}
 
 	released := time.Now()
 	if err := ha.Unlock(la); err != nil {
 		t.Fatal(err)
 	}
-	var lb context.Context
-	select {
-	case r := <-got:
-		if r.err != nil {
-			t.Fatalf("waiter: %v", r.err)
-		}
-		lb = r.lctx
-		t.Logf("%s %s: waiter got the lock %v after the unlock", tp.name, kc.name, time.Since(released).Round(time.Millisecond))
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken by the unlock within 10s")
-	}
+	lb := await(t, got, 10*time.Second, "waiter after the unlock")
+	t.Logf("%s %s: waiter got the lock %v after the unlock", tp.name, kc.name, time.Since(released).Round(time.Millisecond))
 	if err := hb.Unlock(lb); err != nil {
 		t.Fatal(err)
 	}
@@ -289,10 +328,21 @@ func testTopologyKind(t *testing.T, tp topology, kc kindCase) {
 	hw := kc.holder(t, w, name)
 	lw := mustLock(t, ctx, hw)
 	time.Sleep(1500 * time.Millisecond)
-	if n, err := hw.HoldCount(lw); err != nil || n != 1 || lw.Err() != nil {
-		t.Fatalf("after 1.5 leases: HoldCount = %d, %v; lock context: %v; want held", n, err, context.Cause(lw))
+	if lw.Err() != nil {
+		t.Fatalf("lock lost after 1.5 leases: %v", context.Cause(lw))
 	}
-	if ok, err := kc.holder(t, b, name).ForceUnlock(ctx); err != nil || !ok {
+	if hc, ok := hw.(holdCounter); ok {
+		if n, err := hc.HoldCount(lw); err != nil || n != 1 {
+			t.Fatalf("after 1.5 leases: HoldCount = %d, %v; want 1", n, err)
+		}
+	}
+	var br forceUnlocker
+	if kc.breaker != nil {
+		br = kc.breaker(t, b, name)
+	} else {
+		br = kc.holder(t, b, name).(forceUnlocker)
+	}
+	if ok, err := br.ForceUnlock(ctx); err != nil || !ok {
 		t.Fatalf("ForceUnlock = %v, %v", ok, err)
 	}
 	select {
