@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -26,14 +27,6 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
-	srv, err := startLocalRedis(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer srv.stop()
-	redisURL = "redis://" + srv.addr
-
 	dir, err := os.MkdirTemp("", "dlock-test-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -47,7 +40,23 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building dlock:", err)
 		return 1
 	}
-	return m.Run()
+
+	srv, err := startLocalRedis(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	redisURL = "redis://" + srv.addr
+	code := m.Run()
+	if err := srv.stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping redis-server:", err)
+	}
+	// Every Client, watchdog and connection the tests made must be gone.
+	if err := redistest.CheckGoroutines(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	return code
 }
 
 // result is what one dlock invocation did.
