@@ -236,7 +236,9 @@ func topologyKinds() []kindCase {
 		{name: "RWMutex-write-read", holder: write, waiter: read},
 		{name: "RWMutex-read-write", holder: read, waiter: write},
 		{name: "MultiLock", holder: multi, waiter: multi, members: multiMembers,
-			breaker: func(t testing.TB, c *Client, name string) forceUnlocker { return mustMutex(t, c, multiMembers(name)[0]) }},
+			breaker: func(t testing.TB, c *Client, name string) forceUnlocker {
+				return mustMutex(t, c, multiMembers(name)[0])
+			}},
 		{name: "RedLock", holder: red, waiter: red, polls: true},
 	}
 }
