@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -428,17 +427,4 @@ func TestNewRedLockValidates(t *testing.T) {
 	if l.k.timeout != 20*time.Millisecond {
 		t.Fatalf("default node timeout for a 200ms lease = %v, want a tenth of it", l.k.timeout)
 	}
-}
-
-func ExampleNodeError() {
-	err := fmt.Errorf("wrapped: %w", &QuorumError{Op: "lock", Quorum: 2, Nodes: 3, Failed: []*NodeError{
-		{Addr: "10.0.0.1:6379", Err: context.DeadlineExceeded},
-		{Addr: "10.0.0.2:6379", Err: ErrNotObtained},
-	}})
-	var ne *NodeError
-	fmt.Println(errors.As(err, &ne), ne.Addr)
-	fmt.Println(err)
-	// Output:
-	// true 10.0.0.1:6379
-	// wrapped: redlock lock: 1 of 3 nodes succeeded, 2 needed; node 10.0.0.1:6379: context deadline exceeded; node 10.0.0.2:6379: dlock: lock not obtained
 }
