@@ -41,6 +41,9 @@ const connectionHelp = `Connection:
                                                to them, password= to the master
     Other query parameters set go-redis options (dial_timeout=3s, ...). A password never
     appears in dlock's output: URLs are printed with it masked.
+  --redis given 3, 5, ... times (or as many URLs in DLOCK_REDIS_URL, separated by
+    spaces) names independent servers: dlock run takes a RedLock over them (a mutex
+    held while a majority hold it); status and list show each server.
 `
 
 // exitHelp documents every exit code; codes.go defines them.

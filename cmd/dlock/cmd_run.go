@@ -43,7 +43,7 @@ Flags:
   --watchdog DURATION  lease of a lock held without --lease; renewed every third
                        of it (default 30s)
   -v                   say on stderr when the lock is taken and released
-  --redis URL          see Connection
+  --redis URL          see Connection; 3 or 5 times for a RedLock (--kind mutex)
 
 ` + connectionHelp + "\n" + exitHelp
 
