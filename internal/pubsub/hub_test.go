@@ -1,0 +1,219 @@
+package pubsub
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := redistest.CheckGoroutines(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// testHub returns a classic hub on srv and a client for publishing, both
+// closed with t.
+func testHub(t *testing.T, srv *redistest.Server) (*Hub, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
+	h := New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
+	t.Cleanup(func() {
+		_ = h.Close()
+		_ = rdb.Close()
+	})
+	return h, rdb
+}
+
+// subscribe registers a waiter and waits for its confirmation.
+func subscribe(t *testing.T, h *Hub, name string) *Waiter {
+	t.Helper()
+	w, err := h.Subscribe(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close(false) })
+	select {
+	case <-w.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription not confirmed within 5s")
+	}
+	return w
+}
+
+// woken reports which of ws receive a wake-up within d.
+func woken(d time.Duration, ws ...*Waiter) []bool {
+	got := make([]bool, len(ws))
+	deadline := time.After(d)
+	for {
+		done := true
+		for i, w := range ws {
+			if got[i] {
+				continue
+			}
+			select {
+			case <-w.Wake():
+				got[i] = true
+			default:
+				done = false
+			}
+		}
+		if done {
+			return got
+		}
+		select {
+		case <-deadline:
+			return got
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWakeOneOrAll: "0" wakes the longest waiter only, anything else
+// every waiter; a channel's last waiter unsubscribes it.
+func TestWakeOneOrAll(t *testing.T) {
+	srv := redistest.NewServer(t)
+	h, rdb := testHub(t, srv)
+	ctx := context.Background()
+	w1, w2 := subscribe(t, h, "ch"), subscribe(t, h, "ch")
+	if err := rdb.Publish(ctx, "ch", UnlockMessage).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := woken(time.Second, w1, w2); !got[0] || got[1] {
+		t.Fatalf("after %q: woken %v, want the first waiter only", UnlockMessage, got)
+	}
+	if err := rdb.Publish(ctx, "ch", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := woken(time.Second, w1, w2); count(got) != 2 {
+		t.Fatalf("after \"1\": woken %v, want both", got)
+	}
+	w1.Close(true)
+	w2.Close(true)
+	if n := h.Waiters("ch"); n != 0 {
+		t.Fatalf("%d waiters left", n)
+	}
+	eventually(t, func() error {
+		n, err := rdb.PubSubNumSub(ctx, "ch").Result()
+		if err == nil && n["ch"] != 0 {
+			err = fmt.Errorf("%d subscribers", n["ch"])
+		}
+		return err
+	})
+}
+
+// TestUnusedWakeUpPasses: a woken waiter that leaves without trying hands
+// its wake-up to the next one, so an unlock message is never lost.
+func TestUnusedWakeUpPasses(t *testing.T) {
+	srv := redistest.NewServer(t)
+	h, rdb := testHub(t, srv)
+	w1, w2 := subscribe(t, h, "ch"), subscribe(t, h, "ch")
+	if err := rdb.Publish(context.Background(), "ch", UnlockMessage).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() error {
+		if len(w1.wake) != 1 {
+			return fmt.Errorf("first waiter not woken")
+		}
+		return nil
+	})
+	w1.Close(false)
+	if got := woken(time.Second, w2); !got[0] {
+		t.Fatal("the wake-up the first waiter left unused did not pass to the second")
+	}
+}
+
+// TestResubscriptionWakesAll: when the subscription connection is killed,
+// messages may be lost until go-redis has reconnected and resubscribed, so
+// every waiter is woken once the channel is subscribed again.
+func TestResubscriptionWakesAll(t *testing.T) {
+	srv := redistest.NewServer(t)
+	h, rdb := testHub(t, srv)
+	ctx := context.Background()
+	w1, w2 := subscribe(t, h, "ch"), subscribe(t, h, "ch")
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := woken(10*time.Second, w1, w2); count(got) != 2 {
+		t.Fatalf("after the reconnect: woken %v, want both", got)
+	}
+	if err := rdb.Publish(ctx, "ch", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := woken(time.Second, w1, w2); count(got) != 2 {
+		t.Fatalf("after the reconnect, a message woke %v, want both", got)
+	}
+}
+
+// TestFrozenServerReopens: a server that stops answering (SIGSTOP) keeps
+// the connection open, so go-redis sees no error. The hub's reader pings a
+// silent connection and replaces it when the ping goes unanswered; once
+// the server answers again the waiters are subscribed anew and woken.
+func TestFrozenServerReopens(t *testing.T) {
+	srv := redistest.NewServer(t)
+	h, rdb := testHub(t, srv)
+	ctx := context.Background()
+	w := subscribe(t, h, "ch")
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	// The reader gives up on the frozen connection after two silent
+	// health intervals and opens another, which cannot be set up either.
+	time.Sleep(2*healthInterval + healthInterval/2)
+	srv.Resume()
+	resumed = true
+	if got := woken(10*time.Second, w); !got[0] {
+		t.Fatal("waiter not woken after the server came back")
+	}
+	if err := rdb.Publish(ctx, "ch", UnlockMessage).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := woken(time.Second, w); !got[0] {
+		t.Fatal("waiter not woken by a message after the server came back")
+	}
+	eventually(t, func() error {
+		n, err := rdb.PubSubNumSub(ctx, "ch").Result()
+		if err == nil && n["ch"] != 1 {
+			err = fmt.Errorf("%d subscribers, want 1 (the frozen connection closed)", n["ch"])
+		}
+		return err
+	})
+}
+
+// eventually polls cond for up to 5s.
+func eventually(t *testing.T, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
