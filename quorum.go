@@ -22,6 +22,7 @@ type NodeError struct {
 	Err error
 }
 
+// Error names the node and what happened there.
 func (e *NodeError) Error() string { return "node " + e.Addr + ": " + e.Err.Error() }
 
 // Unwrap returns the node's error.
@@ -43,6 +44,7 @@ type QuorumError struct {
 	Failed []*NodeError
 }
 
+// Error says how many nodes succeeded and why each other node failed.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "redlock %s: %d of %d nodes succeeded, %d needed", e.Op, e.Nodes-len(e.Failed), e.Nodes, e.Quorum)
