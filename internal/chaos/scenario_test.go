@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,8 +50,26 @@ func newEnv(t *testing.T, lockArgs []string, latency time.Duration) *env {
 	return e
 }
 
+// syncBuffer is a bytes.Buffer a child process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // startWorker runs the test binary as a worker process.
-func startWorker(t *testing.T, cfg workerConfig) (*exec.Cmd, *bytes.Buffer) {
+func startWorker(t *testing.T, cfg workerConfig) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -58,13 +77,13 @@ func startWorker(t *testing.T, cfg workerConfig) (*exec.Cmd, *bytes.Buffer) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
-	var out bytes.Buffer
-	cmd.Stdout = &out
+	out := &syncBuffer{}
+	cmd.Stdout = out
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return cmd, &out
+	return cmd, out
 }
 
 func run(t *testing.T, sc scenario) {
@@ -73,7 +92,7 @@ func run(t *testing.T, sc scenario) {
 	var files []string
 	type proc struct {
 		cmd *exec.Cmd
-		out *bytes.Buffer
+		out *syncBuffer
 	}
 	var procs []proc
 	for i := range sc.procs {
@@ -101,7 +120,7 @@ func run(t *testing.T, sc scenario) {
 			t.Fatalf("worker %d: %v", i, err)
 		}
 		var r workerResult
-		if err := json.Unmarshal(p.out.Bytes(), &r); err != nil {
+		if err := json.Unmarshal([]byte(p.out.String()), &r); err != nil {
 			t.Fatalf("worker %d output %q: %v", i, p.out.String(), err)
 		}
 		total.Acquired += r.Acquired
