@@ -29,6 +29,7 @@ type Watchdog[T comparable] struct {
 	mu      sync.Mutex
 	entries map[T]struct{}
 	stop    context.CancelFunc // stops the running loop; nil when idle
+	loops   int                // loops started, for tests
 	closed  bool
 	running sync.WaitGroup
 }
@@ -57,6 +58,7 @@ func (w *Watchdog[T]) Add(e T) bool {
 	if w.stop == nil {
 		var ctx context.Context
 		ctx, w.stop = context.WithCancel(context.Background())
+		w.loops++
 		w.running.Add(1)
 		go w.loop(ctx)
 	}
@@ -64,15 +66,15 @@ func (w *Watchdog[T]) Add(e T) bool {
 }
 
 // Remove unregisters an entry. Once Remove returns, the entry is not part of
-// any renewal that starts later; the loop stops with the last entry.
+// any renewal that starts later. The loop stops at its first tick that
+// finds no entries rather than with the last Remove: a Client that takes
+// and releases one lock at a time would otherwise start and stop a
+// goroutine and a ticker on every Lock and Unlock, which costs more than
+// the round trips themselves on a busy machine.
 func (w *Watchdog[T]) Remove(e T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.entries, e)
-	if len(w.entries) == 0 && w.stop != nil {
-		w.stop()
-		w.stop = nil
-	}
 }
 
 // Len reports how many entries are registered.
@@ -104,9 +106,29 @@ func (w *Watchdog[T]) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if w.idle(ctx) {
+				return
+			}
 			w.tick(ctx)
 		}
 	}
+}
+
+// idle reports whether the loop running with ctx should end: it was
+// stopped, or it has no entries left, in which case it is marked stopped
+// so that the next Add starts a new loop.
+func (w *Watchdog[T]) idle(ctx context.Context) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ctx.Err() != nil {
+		return true // stopped by Close; w.stop may belong to a newer loop
+	}
+	if len(w.entries) > 0 {
+		return false
+	}
+	w.stop()
+	w.stop = nil
+	return true
 }
 
 // tick renews every entry once, chunk by chunk. A failed chunk does not
