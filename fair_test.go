@@ -104,8 +104,10 @@ func fairNotices(t *testing.T, name string) func() []string {
 			t.Fatal(err)
 		}
 		var woken []string
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		for {
-			msg, err := watch.ReceiveMessage(ctx)
+			msg, err := watch.ReceiveMessage(rctx)
 			if err != nil {
 				t.Fatal(err)
 			}
