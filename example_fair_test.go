@@ -32,7 +32,7 @@ func ExampleFairMutex() {
 	// order, whatever process or Client they run in.
 	order := make(chan string, 3)
 	var wg sync.WaitGroup
-	for _, job := range []string{"first", "second", "third"} {
+	for i, job := range []string{"first", "second", "third"} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -43,7 +43,7 @@ func ExampleFairMutex() {
 			order <- job // while holding the lock
 			_ = m.Unlock(lockCtx)
 		}()
-		waitQueued(ctx, rdb, "example:printer") // for the example's sake: one at a time
+		waitQueued(ctx, rdb, "example:printer", i+1) // for the example's sake: one at a time
 	}
 	_ = m.Unlock(held)
 	wg.Wait()
@@ -57,12 +57,11 @@ func ExampleFairMutex() {
 	// third
 }
 
-// waitQueued waits until one more waiter than before is in the fair lock's
-// queue, Redisson's list redisson_lock_queue:{name}.
-func waitQueued(ctx context.Context, rdb *redis.Client, name string) {
+// waitQueued waits until n waiters are in the fair lock's queue,
+// Redisson's list redisson_lock_queue:{name}.
+func waitQueued(ctx context.Context, rdb *redis.Client, name string, n int64) {
 	queue := "redisson_lock_queue:{" + name + "}"
-	n := rdb.LLen(ctx, queue).Val()
-	for rdb.LLen(ctx, queue).Val() == n {
+	for rdb.LLen(ctx, queue).Val() < n {
 		time.Sleep(time.Millisecond)
 	}
 }
