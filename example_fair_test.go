@@ -43,7 +43,7 @@ func ExampleFairMutex() {
 			order <- job // while holding the lock
 			_ = m.Unlock(lockCtx)
 		}()
-		waitQueued(ctx, rdb, "example:printer", i+1) // for the example's sake: one at a time
+		waitQueued(ctx, rdb, "example:printer", int64(i+1)) // for the example's sake: one at a time
 	}
 	_ = m.Unlock(held)
 	wg.Wait()
