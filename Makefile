@@ -22,8 +22,11 @@ test: redis
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 
+# bench compares dlock with the Go peers (bench/, its own module) on
+# throwaway redis-servers it starts itself, prints the tables and writes
+# BENCHMARKS.md and bench/wait-distribution.png. About 5 minutes.
 bench: redis
-	$(GO) test -run '^$$' -bench . -benchtime 2000x ./
+	cd bench && $(GO) run . -out ../BENCHMARKS.md -png wait-distribution.png -command "make bench"
 
 # soak runs the chaos scenarios long (over 100,000 acquisitions) and prints
 # a table of acquisitions, violations, max wait and faults injected.

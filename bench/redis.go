@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisServer is a throwaway redis-server child process on loopback with
+// its own temporary directory and no persistence.
+type redisServer struct {
+	cmd  *exec.Cmd
+	dir  string
+	addr string
+	done chan struct{}
+}
+
+// startRedis starts a redis-server on a free port and waits until it
+// answers PING. A port taken between choosing and binding is retried.
+func startRedis() (*redisServer, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("bench: redis-server not on PATH (make redis installs it): %w", err)
+	}
+	var last error
+	for range 5 {
+		s, err := tryStartRedis(bin)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+	}
+	return nil, last
+}
+
+func tryStartRedis(bin string) (*redisServer, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "dlockbench-redis-")
+	if err != nil {
+		return nil, err
+	}
+	log, err := os.Create(filepath.Join(dir, "redis.log"))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	defer log.Close()
+	cmd := exec.Command(bin,
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		// Room for the waiter-scale scenario's polling clients.
+		"--maxclients", "20000")
+	cmd.Stdout, cmd.Stderr = log, log
+	// The server dies with the bench program, even if that is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &redisServer{cmd: cmd, dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+	defer rdb.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err := rdb.Ping(context.Background()).Err(); err == nil {
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			out, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("bench: redis-server exited at start:\n%s", out)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, errors.New("bench: redis-server did not answer within 10s")
+		}
+	}
+}
+
+// stop kills the server and removes its directory.
+func (s *redisServer) stop() {
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	_ = os.RemoveAll(s.dir)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// redisVersion returns the version redis-server reports.
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return "unknown"
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return v
+		}
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// serverStats is a sample of the server's counters.
+type serverStats struct {
+	calls map[string]int64 // INFO commandstats: calls per command
+	cpu   time.Duration    // used_cpu_user + used_cpu_sys
+}
+
+// adminCommands are the commands the bench itself sends to sample the
+// server; they are left out of every count.
+var adminCommands = []string{"info", "client", "pubsub", "config", "hello", "command", "dbsize"}
+
+// sampleServer reads INFO commandstats and INFO cpu.
+func sampleServer(ctx context.Context, rdb *redis.Client) (serverStats, error) {
+	info, err := rdb.Info(ctx, "commandstats", "cpu").Result()
+	if err != nil {
+		return serverStats{}, fmt.Errorf("bench: INFO: %w", err)
+	}
+	st := serverStats{calls: map[string]int64{}}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+			cmd, stats, _ := strings.Cut(rest, ":")
+			_, calls, _ := strings.Cut(stats, "calls=")
+			calls, _, _ = strings.Cut(calls, ",")
+			n, _ := strconv.ParseInt(calls, 10, 64)
+			st.calls[cmd] = n
+			continue
+		}
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				sec, _ := strconv.ParseFloat(v, 64)
+				st.cpu += time.Duration(sec * float64(time.Second))
+			}
+		}
+	}
+	return st, nil
+}
+
+// commandDelta is what the server did between two samples.
+type commandDelta struct {
+	client int64         // commands clients sent: the library's clientCmds
+	total  int64         // every command executed, script-internal ones included
+	cpu    time.Duration // server CPU time
+	byCmd  map[string]int64
+}
+
+// delta compares two samples. INFO commandstats counts the commands a Lua
+// script calls as well as the ones clients send, so the client count only
+// adds up the commands in clientCmds, the ones the library sends itself.
+func (b serverStats) delta(a serverStats, clientCmds []string) commandDelta {
+	d := commandDelta{cpu: b.cpu - a.cpu, byCmd: map[string]int64{}}
+	for cmd, n := range b.calls {
+		if contains(adminCommands, cmd) {
+			continue
+		}
+		n -= a.calls[cmd]
+		if n == 0 {
+			continue
+		}
+		d.byCmd[cmd] = n
+		d.total += n
+		if contains(clientCmds, cmd) {
+			d.client += n
+		}
+	}
+	return d
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// connections counts the server's pub/sub connections (CLIENT LIST TYPE
+// pubsub) and all its client connections (INFO clients), leaving out the
+// bench's own sampling connection.
+func connections(ctx context.Context, rdb *redis.Client) (pubsub, all int, err error) {
+	list, err := rdb.Do(ctx, "client", "list", "type", "pubsub").Text()
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: CLIENT LIST: %w", err)
+	}
+	for _, line := range strings.Split(list, "\n") {
+		if strings.TrimSpace(line) != "" {
+			pubsub++
+		}
+	}
+	info, err := rdb.Info(ctx, "clients").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: INFO clients: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			all, _ = strconv.Atoi(v)
+		}
+	}
+	return pubsub, all - 1, nil
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// watchdogResult is one library keeping j.Locks locks alive.
+type watchdogResult struct {
+	Lib                 string
+	Locks               int
+	Held                int // locks whose key still exists after the window
+	LockTime            time.Duration
+	RenewPerSec         float64 // commands the library sent per second
+	TotalPerSec         float64 // commands the server executed per second
+	ClientCPU, RedisCPU time.Duration
+	Window              time.Duration
+	Goroutines          int // goroutines in the process while holding
+	Errors              int
+	FirstError          string
+}
+
+// watchdogWorker takes j.Locks locks whose leases are renewed every
+// j.Renewal/3, lets renewal settle, and measures renewal traffic and the
+// process's CPU over j.Window.
+func watchdogWorker(j job, l lib) (*watchdogResult, error) {
+	lk, err := l.open(j.Addr, j.Renewal)
+	if err != nil {
+		return nil, err
+	}
+	defer closeLocker(lk)
+	admin := redis.NewClient(&redis.Options{Addr: j.Addr})
+	defer admin.Close()
+	ctx := context.Background()
+
+	r := &watchdogResult{Lib: l.id, Locks: j.Locks, Window: j.Window}
+	names := make([]string, j.Locks)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench:wd:%d", i)
+	}
+	start := time.Now()
+	unlocks, errs := lockAll(ctx, lk, names)
+	r.LockTime = time.Since(start)
+	if errs != nil {
+		return nil, errs
+	}
+
+	time.Sleep(j.Settle)
+	s0, err := sampleServer(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	cpu0 := cpuTime()
+	time.Sleep(j.Window)
+	cpu1 := cpuTime()
+	s1, err := sampleServer(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	r.Goroutines = runtime.NumGoroutine()
+	d := s1.delta(s0, l.clientCmds)
+	r.RenewPerSec = float64(d.client) / j.Window.Seconds()
+	r.TotalPerSec = float64(d.total) / j.Window.Seconds()
+	r.ClientCPU, r.RedisCPU = cpu1-cpu0, d.cpu
+
+	// A lease that was not renewed has expired by now: the window is
+	// longer than the lease.
+	pipe := admin.Pipeline()
+	exists := make([]*redis.IntCmd, len(names))
+	for i, n := range names {
+		exists[i] = pipe.Exists(ctx, l.redisKey(n))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	for _, e := range exists {
+		r.Held += int(e.Val())
+	}
+	r.Errors, r.FirstError = unlockAll(ctx, unlocks)
+	return r, nil
+}
+
+// unlockTimeout bounds the release of every lock at the end of the
+// watchdog and waiter scenarios.
+const unlockTimeout = 30 * time.Second
+
+// unlockAll releases every lock, 32 at a time, and counts the failures. A
+// release that has not returned after unlockTimeout counts as failed and
+// is left behind: the worker process exits anyway.
+func unlockAll(ctx context.Context, unlocks []func(context.Context) error) (errs int, first string) {
+	var next atomic.Int64
+	var failed atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(unlocks) {
+					return
+				}
+				if err := unlocks[i](ctx); err != nil {
+					failed.Add(1)
+					mu.Lock()
+					if first == "" {
+						first = err.Error()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(unlockTimeout):
+		mu.Lock()
+		defer mu.Unlock()
+		left := len(unlocks) - int(next.Load()) + 32
+		return int(failed.Load()) + left, fmt.Sprintf("releasing the locks had not finished after %v (hung in the library)", unlockTimeout)
+	}
+	return int(failed.Load()), first
+}
+
+// lockAll takes every lock in names, 32 at a time, and returns their
+// unlock functions.
+func lockAll(ctx context.Context, lk locker, names []string) ([]func(context.Context) error, error) {
+	unlocks := make([]func(context.Context) error, len(names))
+	var next atomic.Int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(names) {
+					return
+				}
+				lctx, cancel := context.WithCancel(ctx)
+				u, err := lk.lock(lctx, names[i])
+				if err != nil {
+					cancel()
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("bench: lock %s: %w", names[i], err)
+					}
+					mu.Unlock()
+					return
+				}
+				// rueidislock releases a lock whose ctx ends; the ctx
+				// lives until unlock.
+				unlocks[i] = func(ctx context.Context) error {
+					defer cancel()
+					return u(ctx)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return unlocks, first
+}
+
+// runWatchdog runs the watchdog scenario for one library.
+func runWatchdog(cfg config, l lib) (*watchdogResult, error) {
+	srv, err := startRedis()
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	j := job{Mode: "watchdog", Lib: l.id, Addr: srv.addr, Locks: cfg.wdLocks,
+		Renewal: cfg.wdRenewal, Settle: cfg.wdRenewal, Window: cfg.wdWindow}
+	r := &watchdogResult{}
+	if err := runJobs([]job{j}, []any{r}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
