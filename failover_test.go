@@ -243,7 +243,7 @@ func TestSentinelFailoverLosesLock(t *testing.T) {
 	base := topoName(t, tp)
 	plain, synced := base+":plain", base+":synced"
 	holder := newClient(t, tp.redis(t), WithWatchdogTimeout(time.Second))
-	careful := newClient(t, tp.redis(t), WithReplicaSync(1, 200*time.Millisecond))
+	careful := tp.syncedClient(t)
 	other := newClient(t, tp.redis(t))
 
 	// Healthy: a synced acquisition is acknowledged by the replica.
@@ -318,7 +318,7 @@ func TestClusterReplicaSync(t *testing.T) {
 	tp := clusterTopology(t)
 	ctx := context.Background()
 	name := topoName(t, tp)
-	c := newClient(t, tp.redis(t), WithReplicaSync(1, 200*time.Millisecond))
+	c := tp.syncedClient(t)
 	m := mustMutex(t, c, name)
 	if err := m.Unlock(mustLock(t, ctx, m)); err != nil {
 		t.Fatal(err)
@@ -363,7 +363,7 @@ func TestReplicaSyncScriptFlush(t *testing.T) {
 		t.Run(tp.name, func(t *testing.T) {
 			ctx := context.Background()
 			name := topoName(t, tp)
-			m := mustMutex(t, newClient(t, tp.redis(t), WithReplicaSync(1, 500*time.Millisecond)), name)
+			m := mustMutex(t, tp.syncedClient(t), name)
 			for _, n := range tp.nodes() {
 				if _, err := n.Do(ctx, "SCRIPT", "FLUSH"); err != nil && !redis.HasErrorPrefix(err, "READONLY") {
 					t.Fatal(err)

@@ -73,27 +73,59 @@ func closeTopologies() error {
 // topology is a production setup the tests run every lock kind on.
 type topology struct {
 	name string
-	// redis returns a new go-redis client for the topology, closed with t.
-	redis func(t testing.TB) redis.UniversalClient
+	// newRedis returns a new go-redis client for the topology with the
+	// given read timeout, closed with t.
+	newRedis func(t testing.TB, readTimeout time.Duration) redis.UniversalClient
 	// nodes returns every data node, masters and replicas.
 	nodes func() []*redistest.Server
+	// caughtUp waits until every master's replicas acknowledge its writes
+	// (redistest.WaitCaughtUp), as replica sync needs.
+	caughtUp func(ctx context.Context) error
+}
+
+// redis returns a new go-redis client for the topology, closed with t. Its
+// timeouts are short, so that a failed node is given up on quickly.
+func (tp topology) redis(t testing.TB) redis.UniversalClient { return tp.newRedis(t, time.Second) }
+
+// syncedClient returns a Client with WithReplicaSync(1, 1s) on the topology
+// (generous on a loaded machine, and within the read timeout, as it must
+// be), once the replicas acknowledge writes.
+func (tp topology) syncedClient(t testing.TB) *Client {
+	t.Helper()
+	if err := tp.caughtUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return newClient(t, tp.newRedis(t, 3*time.Second), WithReplicaSync(1, time.Second))
 }
 
 func clusterTopology(t testing.TB) topology {
 	cl := sharedCluster(t)
 	return topology{
-		name:  "cluster",
-		redis: func(t testing.TB) redis.UniversalClient { return newClusterRedis(t, cl) },
+		name: "cluster",
+		newRedis: func(t testing.TB, readTimeout time.Duration) redis.UniversalClient {
+			return newClusterRedis(t, cl, readTimeout)
+		},
 		nodes: cl.Nodes,
+		caughtUp: func(ctx context.Context) error {
+			for _, m := range cl.Masters(ctx) {
+				if err := redistest.WaitCaughtUp(ctx, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	}
 }
 
 func sentinelTopology(t testing.TB) topology {
 	s := sharedSentinel(t)
 	return topology{
-		name:  "sentinel",
-		redis: func(t testing.TB) redis.UniversalClient { return newSentinelRedis(t, s) },
-		nodes: func() []*redistest.Server { return []*redistest.Server{s.Master(), s.Replica()} },
+		name: "sentinel",
+		newRedis: func(t testing.TB, readTimeout time.Duration) redis.UniversalClient {
+			return newSentinelRedis(t, s, readTimeout)
+		},
+		nodes:    func() []*redistest.Server { return []*redistest.Server{s.Master(), s.Replica()} },
+		caughtUp: func(ctx context.Context) error { return redistest.WaitCaughtUp(ctx, s.Master()) },
 	}
 }
 
@@ -105,27 +137,25 @@ func sentinelPauseTopology(t testing.TB) topology {
 	return tp
 }
 
-// newClusterRedis returns a cluster client with short timeouts, so that a
-// failed node is given up on quickly, closed with t.
-func newClusterRedis(t testing.TB, cl *redistest.Cluster) *redis.ClusterClient {
+// newClusterRedis returns a cluster client, closed with t.
+func newClusterRedis(t testing.TB, cl *redistest.Cluster, readTimeout time.Duration) *redis.ClusterClient {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs:        cl.Addrs(),
 		DialTimeout:  time.Second,
-		ReadTimeout:  time.Second,
+		ReadTimeout:  readTimeout,
 		WriteTimeout: time.Second,
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
 
-// newSentinelRedis returns a Sentinel failover client with short timeouts,
-// closed with t.
-func newSentinelRedis(t testing.TB, s *redistest.Sentinel) *redis.Client {
+// newSentinelRedis returns a Sentinel failover client, closed with t.
+func newSentinelRedis(t testing.TB, s *redistest.Sentinel, readTimeout time.Duration) *redis.Client {
 	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:    s.MasterName(),
 		SentinelAddrs: s.SentinelAddrs(),
 		DialTimeout:   time.Second,
-		ReadTimeout:   time.Second,
+		ReadTimeout:   readTimeout,
 		WriteTimeout:  time.Second,
 	})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -14,10 +15,61 @@ import (
 
 // WaitHealthy waits until every node reports cluster_state:ok, every
 // replica is in sync and all nodes agree on a complete slot map with one
-// replica per range, as after StartCluster. Use it after a failover or a
-// slot move, before the next test.
+// replica per range, as after StartCluster, and then until every master's
+// replicas acknowledge its writes again (WaitCaughtUp). Use it after a
+// failover or a slot move, before the next test.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
-	return waitUntil(ctx, clusterReadyTimeout, "cluster", c.check)
+	if err := waitUntil(ctx, clusterReadyTimeout, "cluster", c.check); err != nil {
+		return err
+	}
+	for _, m := range c.Masters(ctx) {
+		if err := WaitCaughtUp(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitCaughtUp waits until master has at least one replica and every
+// replica has acknowledged everything master had written when
+// WaitCaughtUp was called. A replica's link can be up (master_link_status)
+// while the master does not stream to it yet: after a full sync, Redis
+// streams only once the replica's first acknowledgement arrived, and WAIT
+// counts nothing until then.
+func WaitCaughtUp(ctx context.Context, master *Server) error {
+	v, err := master.Do(ctx, "INFO", "replication")
+	if err != nil {
+		return fmt.Errorf("redistest: INFO on %s: %w", master.Addr(), err)
+	}
+	off, _ := infoField(v.(string), "master_repl_offset")
+	target, _ := strconv.ParseInt(off, 10, 64)
+	return waitUntil(ctx, clusterReadyTimeout, "replicas caught up", func(ctx context.Context) error {
+		v, err := master.Do(ctx, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		text := v.(string)
+		n, _ := infoField(text, "connected_slaves")
+		if n == "" || n == "0" {
+			return fmt.Errorf("%s has no replica", master.Addr())
+		}
+		for i := 0; ; i++ {
+			line, ok := infoField(text, fmt.Sprintf("slave%d", i))
+			if !ok {
+				return nil
+			}
+			fields := map[string]string{}
+			for _, kv := range strings.Split(line, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				fields[k] = v
+			}
+			acked, _ := strconv.ParseInt(fields["offset"], 10, 64)
+			if fields["state"] != "online" || acked < target {
+				return fmt.Errorf("replica %s:%s of %s: state=%s acknowledged %d of %d",
+					fields["ip"], fields["port"], master.Addr(), fields["state"], acked, target)
+			}
+		}
+	})
 }
 
 // NodeID returns n's cluster node id.
@@ -220,5 +272,8 @@ func (s *Sentinel) Rejoin(ctx context.Context, old *Server) error {
 	if _, err := old.Do(ctx, "REPLICAOF", "127.0.0.1", master.Port()); err != nil {
 		return fmt.Errorf("redistest: REPLICAOF on %s: %w", old.Addr(), err)
 	}
-	return waitUntil(ctx, sentinelReadyTimeout, "old master sync", s.checkReplica)
+	if err := waitUntil(ctx, sentinelReadyTimeout, "old master sync", s.checkReplica); err != nil {
+		return err
+	}
+	return WaitCaughtUp(ctx, master)
 }
