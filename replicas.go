@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,9 +69,27 @@ func (r replicaSync) check(rdb redis.UniversalClient) error {
 }
 
 // replicaCheck receives the outcome of WAIT for one acquire attempt. The
-// engine puts one into the attempt's context; eval fills it in.
+// engine puts one into the attempt's context; eval fills it in, possibly
+// from several goroutines (a RedLock writes to its nodes at once).
 type replicaCheck struct {
-	err error // wraps ErrNotReplicated; nil when replicated (or not checked)
+	mu  sync.Mutex
+	err error // the first shortfall, wrapping ErrNotReplicated
+}
+
+// fail records a shortfall; the first one is kept.
+func (chk *replicaCheck) fail(err error) {
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	if chk.err == nil {
+		chk.err = err
+	}
+}
+
+// failed returns the first shortfall recorded, or nil.
+func (chk *replicaCheck) failed() error {
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	return chk.err
 }
 
 type replicaCheckKey struct{}
@@ -97,16 +116,17 @@ func replicaCheckFrom(ctx context.Context, c *Client) *replicaCheck {
 func (h *handle) attempt(ctx context.Context, req request) (attemptResult, error) {
 	var chk replicaCheck
 	res, err := h.kind.attempt(withReplicaCheck(ctx, &chk), req)
-	if err != nil || !res.acquired || chk.err == nil {
+	short := chk.failed()
+	if err != nil || !res.acquired || short == nil {
 		return res, err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	rel := request{owner: req.owner, id: h.c.newRequest(), lease: req.lease}
 	if _, err := h.kind.release(rctx, rel); err != nil {
-		return attemptResult{}, fmt.Errorf("%w; giving the lock back failed too, it expires with its lease: %w", chk.err, err)
+		return attemptResult{}, fmt.Errorf("%w; giving the lock back failed too, it expires with its lease: %w", short, err)
 	}
-	return attemptResult{}, chk.err
+	return attemptResult{}, short
 }
 
 // evalSynced runs a script and WAIT in one pipeline on the node that serves
@@ -134,7 +154,9 @@ func (c *Client) runSynced(ctx context.Context, chk *replicaCheck, s *redis.Scri
 	for redirects := 0; ; redirects++ {
 		cmd, wait := runWithWait(ctx, node, asking, s, keys, args, c.cfg.replicas)
 		if cmd.Err() == nil {
-			chk.err = c.cfg.replicas.judge(wait)
+			if err := c.cfg.replicas.judge(wait); err != nil {
+				chk.fail(err)
+			}
 			return cmd
 		}
 		c.reroute(ctx, cmd.Err())
