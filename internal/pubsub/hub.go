@@ -142,6 +142,10 @@ func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
 			h.settle(s, name)
 			if fresh {
 				_ = s.close()
+			} else {
+				// go-redis keeps the channel even when the command
+				// failed, and would subscribe it after a reconnect.
+				_ = h.unsubscribe(context.WithoutCancel(ctx), s.ps, name)
 			}
 			return nil, err
 		}
