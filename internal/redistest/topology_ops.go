@@ -216,9 +216,21 @@ func CutOffReplicas(ctx context.Context, master *Server) error {
 }
 
 // RestoreReplicas gives the default user back the replication commands
-// CutOffReplicas took.
+// CutOffReplicas took and, if n is a master, waits until its replicas
+// acknowledge its writes again. PSYNC comes back first and SYNC only then:
+// a replica refused PSYNC falls back to the legacy SYNC, and one that got
+// in that way treats its master as unable to take acknowledgements, so WAIT
+// would never count it.
 func RestoreReplicas(ctx context.Context, n *Server) error {
-	if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "+psync", "+sync"); err != nil {
+	if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "+psync"); err != nil {
+		return fmt.Errorf("redistest: ACL SETUSER on %s: %w", n.Addr(), err)
+	}
+	if role(ctx, n) == "master" {
+		if err := WaitCaughtUp(ctx, n); err != nil {
+			return err
+		}
+	}
+	if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "+sync"); err != nil {
 		return fmt.Errorf("redistest: ACL SETUSER on %s: %w", n.Addr(), err)
 	}
 	return nil
