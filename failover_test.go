@@ -456,3 +456,34 @@ func TestRestartUnderWaiter(t *testing.T) {
 		t.Fatal("waiter still waiting 10s after the server died and 7s after its ctx ended")
 	}
 }
+
+// TestReplicaSyncOptions: WithReplicaSync refuses values it cannot honour:
+// a negative count, a timeout the Redis client would cut short (WAIT runs
+// in a pipeline under the client's read timeout), and clients without a
+// node connection to run WAIT on.
+func TestReplicaSyncOptions(t *testing.T) {
+	plain := redis.NewClient(&redis.Options{Addr: redisAddr, ReadTimeout: time.Second})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redisAddr}})
+	t.Cleanup(func() { _, _ = plain.Close(), ring.Close() })
+	for i, tc := range []struct {
+		rdb redis.UniversalClient
+		opt Option
+	}{
+		{plain, WithReplicaSync(-1, time.Millisecond)},
+		{plain, WithReplicaSync(1, 0)},
+		{plain, WithReplicaSync(1, time.Second)},
+		{ring, WithReplicaSync(1, time.Millisecond)},
+	} {
+		if c, err := New(tc.rdb, tc.opt); !errors.Is(err, ErrInvalidOption) {
+			if c != nil {
+				_ = c.Close()
+			}
+			t.Errorf("case %d, New(%T, ...): %v, want ErrInvalidOption", i, tc.rdb, err)
+		}
+	}
+	c, err := New(plain, WithReplicaSync(1, 500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+}
