@@ -159,6 +159,23 @@ func sampleServer(ctx context.Context, rdb *redis.Client) (serverStats, error) {
 	return st, nil
 }
 
+// sampleServers samples every server of admins and adds their counters
+// up, as if they were one server.
+func sampleServers(ctx context.Context, admins []*redis.Client) (serverStats, error) {
+	sum := serverStats{calls: map[string]int64{}}
+	for _, admin := range admins {
+		st, err := sampleServer(ctx, admin)
+		if err != nil {
+			return serverStats{}, err
+		}
+		for cmd, n := range st.calls {
+			sum.calls[cmd] += n
+		}
+		sum.cpu += st.cpu
+	}
+	return sum, nil
+}
+
 // commandDelta is what the server did between two samples.
 type commandDelta struct {
 	client int64         // commands clients sent: the library's clientCmds

@@ -37,8 +37,20 @@ func uncontendedWorker(j job, l lib) (*uncontendedWorkerResult, error) {
 		return nil, err
 	}
 	defer closeLocker(lk)
-	admin := redis.NewClient(&redis.Options{Addr: j.Addr})
-	defer admin.Close()
+	return lockLoop(j, lk, []string{j.Addr}, l.clientCmds)
+}
+
+// lockLoop is the uncontended measurement: j.Goroutines goroutines lock
+// and unlock their own keys with lk from j.Begin to j.T1, and the window
+// [j.T0, j.T1) is measured. The servers at addrs are sampled at both ends
+// and their counters added up (a RedLock's commands go to all of them);
+// clientCmds are the commands lk's library sends itself.
+func lockLoop(j job, lk locker, addrs []string, clientCmds []string) (*uncontendedWorkerResult, error) {
+	admins := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		admins[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer admins[i].Close()
+	}
 
 	var s0, s1 serverStats
 	var cpu0, cpu1 time.Duration
@@ -49,14 +61,18 @@ func uncontendedWorker(j job, l lib) (*uncontendedWorkerResult, error) {
 		defer close(sampled)
 		sleepUntil(j.T0)
 		cpu0 = cpuTime()
-		s0, sErr = sampleServer(context.Background(), admin)
+		s0, sErr = sampleServers(context.Background(), admins)
 		sleepUntil(j.T1)
 		cpu1 = cpuTime()
 		if sErr == nil {
-			s1, sErr = sampleServer(context.Background(), admin)
+			s1, sErr = sampleServers(context.Background(), admins)
 		}
-		if sErr == nil {
-			keys, sErr = admin.DBSize(context.Background()).Result()
+		for _, admin := range admins {
+			if sErr == nil {
+				var n int64
+				n, sErr = admin.DBSize(context.Background()).Result()
+				keys += n
+			}
 		}
 	}()
 
@@ -111,7 +127,7 @@ func uncontendedWorker(j job, l lib) (*uncontendedWorkerResult, error) {
 		return nil, sErr
 	}
 	res.Ops = len(res.Latencies)
-	d := s1.delta(s0, l.clientCmds)
+	d := s1.delta(s0, clientCmds)
 	res.Client, res.Total, res.RedisCPU, res.ByCmd = d.client, d.total, d.cpu, d.byCmd
 	res.ClientCPU = cpu1 - cpu0
 	res.KeysLeft = keys
@@ -152,9 +168,14 @@ func runUncontended(cfg config, l lib, goroutines, round int) (*uncontendedResul
 	if err := runJobs([]job{j}, []any{w}); err != nil {
 		return nil, err
 	}
+	return w.result(l.id), nil
+}
+
+// result summarizes a worker's run of library lib.
+func (w *uncontendedWorkerResult) result(lib string) *uncontendedResult {
 	win := time.Duration(w.WindowNanos)
 	r := &uncontendedResult{
-		Lib: l.id, Goroutines: goroutines,
+		Lib: lib, Goroutines: w.GoroutineSet,
 		PerSec:   float64(w.Ops) / win.Seconds(),
 		Latency:  summarize(w.Latencies),
 		RedisCPU: w.RedisCPU, ClientCPU: w.ClientCPU, Window: win, KeysLeft: w.KeysLeft,
@@ -164,5 +185,5 @@ func runUncontended(cfg config, l lib, goroutines, round int) (*uncontendedResul
 		r.ClientPerOp = float64(w.Client) / float64(w.Ops)
 		r.TotalPerOp = float64(w.Total) / float64(w.Ops)
 	}
-	return r, nil
+	return r
 }

@@ -19,10 +19,11 @@ const jobEnv = "DLOCKBENCH_JOB"
 // job is one worker process's part of a scenario. Times are CLOCK_MONOTONIC
 // nanoseconds (monoNow), shared by every process on the machine.
 type job struct {
-	Mode   string // "uncontended", "hot", "watchdog" or "waiters"
+	Mode   string // "uncontended", "hot", "watchdog", "waiters" or "redlock"
 	Lib    string
 	Addr   string
-	Worker int // index of this process in the scenario
+	Addrs  []string // RedLock: the independent servers
+	Worker int      // index of this process in the scenario
 	// Goroutines that take locks in this process.
 	Goroutines int
 	// Begin is when the goroutines start, T0 and T1 bound the measured
@@ -57,6 +58,14 @@ func runWorker() error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if j.Mode == "redlock" {
+		// Its libraries are configured for several servers (redLibs).
+		res, err := redlockWorker(j)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	l, err := libByID(j.Lib)
 	if err != nil {
