@@ -34,6 +34,35 @@ type workerConfig struct {
 	IgnoreLost   bool          // keep working after the lock context ends (a broken holder)
 	Pause        bool          // hold once, say so, and write after a pause (see TestPausedHolder)
 	Out          string        // history file
+
+	// Topologies: a worker reaches the lock through Sentinel (master name
+	// and sentinel addresses) or a cluster (node addresses) instead of
+	// LockAddr, and may sync each acquisition to replicas.
+	SentinelMaster     string
+	SentinelAddrs      []string
+	ClusterAddrs       []string
+	ReplicaSync        int           // dlock.WithReplicaSync count; 0 for off
+	ReplicaSyncTimeout time.Duration // its WAIT timeout
+}
+
+// lockClient returns the go-redis client for the lock that cfg names. The
+// topology clients give up on a failed node quickly, and their read
+// timeout stays above the replica sync timeout, as WithReplicaSync needs.
+func lockClient(cfg workerConfig) redis.UniversalClient {
+	const dial, read, write = time.Second, 3 * time.Second, time.Second
+	switch {
+	case cfg.SentinelMaster != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: cfg.SentinelMaster, SentinelAddrs: cfg.SentinelAddrs,
+			DialTimeout: dial, ReadTimeout: read, WriteTimeout: write,
+		})
+	case len(cfg.ClusterAddrs) > 0:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:       cfg.ClusterAddrs,
+			DialTimeout: dial, ReadTimeout: read, WriteTimeout: write,
+		})
+	}
+	return redis.NewClient(&redis.Options{Addr: cfg.LockAddr})
 }
 
 // The resource: a counter incremented non-atomically under the lock, and a
@@ -60,9 +89,13 @@ func runWorker(cfgJSON string) error {
 		return err
 	}
 	ctx := context.Background()
-	lockRdb := redis.NewClient(&redis.Options{Addr: cfg.LockAddr})
+	lockRdb := lockClient(cfg)
 	resRdb := redis.NewClient(&redis.Options{Addr: cfg.ResourceAddr})
-	locks, err := dlock.New(lockRdb, dlock.WithWatchdogTimeout(cfg.Watchdog), dlock.WithLatchTTL(2*time.Second))
+	clientOpts := []dlock.Option{dlock.WithWatchdogTimeout(cfg.Watchdog), dlock.WithLatchTTL(2 * time.Second)}
+	if cfg.ReplicaSync > 0 {
+		clientOpts = append(clientOpts, dlock.WithReplicaSync(cfg.ReplicaSync, cfg.ReplicaSyncTimeout))
+	}
+	locks, err := dlock.New(lockRdb, clientOpts...)
 	if err != nil {
 		return err
 	}
