@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,15 +19,21 @@ const pollNoExpiry = time.Second
 // lease runs out, whichever is first, so a lost message costs at most one
 // lease, never a hang.
 func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error) {
-	c := h.c
-	if c.isClosed() {
-		return nil, ErrClosed
+	if err := h.check(ctx); err != nil {
+		return nil, err
 	}
+	c := h.c
 	owner, ok := ownerFrom(ctx, c)
 	if !ok {
 		owner = c.newOwner()
 	}
 	lease := h.lease()
+	if hd := c.heldWith(h, owner); hd != nil && (hd.lease != lease || hd.watchdog == h.cfg.hasLease) {
+		// One hash key has one expiry: a re-entry with another lease
+		// would shorten or stretch the outer holds' lease behind their back.
+		return nil, fmt.Errorf("%w: %q: re-entered with a lease (%v, watchdog %v) other than the one it is held with (%v, watchdog %v)",
+			ErrInvalidOption, h.name, lease, !h.cfg.hasLease, hd.lease, hd.watchdog)
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var w *pubsub.Waiter
@@ -42,6 +49,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 		res, err := h.attempt(ctx, req)
 		switch {
 		case err != nil && ctx.Err() != nil:
+			h.settle(ctx, req)
 			return nil, h.gaveUp(ctx, req, last)
 		case err != nil:
 			h.abandon(ctx, req)
@@ -51,7 +59,11 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 				w.Close(true)
 				w = nil
 			}
-			return c.register(ctx, h, owner, res.token, start), nil
+			lockCtx, err := c.register(ctx, h, owner, res.token, start)
+			if err != nil {
+				h.giveBack(ctx, req)
+			}
+			return lockCtx, err
 		case try:
 			return nil, notObtained(h.name, res.reason)
 		}
@@ -71,6 +83,9 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 			if w, err = c.hub.Subscribe(ctx, ch); err != nil {
 				if ctx.Err() != nil {
 					return nil, h.gaveUp(ctx, req, last)
+				}
+				if errors.Is(err, pubsub.ErrClosed) {
+					return nil, ErrClosed // Close raced this Lock
 				}
 				h.abandon(ctx, req)
 				return nil, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
@@ -111,6 +126,32 @@ func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
 		return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotObtained, h.name, ctx.Err(), last)
 	}
 	return fmt.Errorf("%w: %q: %w", ErrNotObtained, h.name, ctx.Err())
+}
+
+// settle is called when ctx ended while an attempt was in flight: the
+// script may have run all the same (Redis got it, the reply was not
+// waited for), leaving a hold nobody knows about. It sends the same request
+// again, whose latch answers as the first run did, and gives back what it
+// took. A first run that never arrived may also take the lock now; that
+// hold is given back too.
+func (h *handle) settle(ctx context.Context, req request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	req.wait = false
+	if res, err := h.attempt(ctx, req); err == nil && res.acquired {
+		h.giveBack(ctx, req)
+	}
+}
+
+// giveBack releases a hold that an attempt took but the caller will not
+// get.
+func (h *handle) giveBack(ctx context.Context, req request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	rel := request{owner: req.owner, id: h.c.newRequest(), lease: req.lease}
+	if _, err := h.kind.release(ctx, rel); err != nil {
+		h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
+	}
 }
 
 // abandon tells the kind the owner no longer waits, even though ctx is done.

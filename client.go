@@ -44,8 +44,21 @@ type Client struct {
 // already has: a *redis.Client, *redis.ClusterClient or a failover (Sentinel)
 // client. dlock does not close rdb.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if rdb == nil {
+	switch rdb := rdb.(type) {
+	case nil:
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	case *redis.Client:
+		if rdb == nil {
+			return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+		}
+	case *redis.ClusterClient:
+		if rdb == nil {
+			return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+		}
+	default:
+		// A Ring shards keys by its own hash, not by slot: a lock's
+		// companion keys and batched renewals would land on other shards.
+		return nil, fmt.Errorf("%w: %T is not supported; use a *redis.Client (plain or Sentinel) or a *redis.ClusterClient", ErrInvalidOption, rdb)
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -183,6 +196,9 @@ func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args 
 // replica.
 func (c *Client) reroute(ctx context.Context, err error) {
 	var reply redis.Error
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		return // the caller gave up; that says nothing about the cluster
+	}
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok && err != nil && !errors.As(err, &reply) {
 		cc.ReloadState(ctx)
 	}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -26,11 +27,17 @@ type hold struct {
 	expiry   *time.Timer // fires when the lease has run out on the local clock
 }
 
-// acquisition is one successful Lock: its lock context and fencing token.
+// acquisition is one successful Lock: its lock context and fencing token,
+// and, once Unlock has been called with it, the request id of its release.
+// An Unlock that failed and is called again sends the same request, so the
+// release's latch keeps it from counting down twice. Its mutable fields are
+// guarded by the Client's mutex.
 type acquisition struct {
-	hold   *hold
-	cancel context.CancelCauseFunc
-	token  int64
+	hold     *hold
+	cancel   context.CancelCauseFunc
+	token    int64
+	release  string // request id of the release, once Unlock was called
+	unlocked bool   // a release succeeded
 }
 
 // Context keys. A lock context carries the owner (per Client, so that
@@ -60,8 +67,9 @@ func Token(ctx context.Context) (token int64, ok bool) {
 
 // register records a successful acquisition that started at start and
 // returns its lock context. The lease is counted from start, before the
-// command was sent, so the local deadline is never later than Redis's.
-func (c *Client) register(ctx context.Context, h *handle, owner string, token int64, start time.Time) context.Context {
+// command was sent, so the local deadline is never later than Redis's. It
+// fails only when the Client was closed meanwhile.
+func (c *Client) register(ctx context.Context, h *handle, owner string, token int64, start time.Time) (context.Context, error) {
 	lockCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	lockCtx = context.WithValue(lockCtx, ownerKey{c}, owner)
 	if h.cfg.fenced {
@@ -73,7 +81,7 @@ func (c *Client) register(ctx context.Context, h *handle, owner string, token in
 	defer c.mu.Unlock()
 	if c.closed {
 		cancel(ErrClosed)
-		return lockCtx
+		return nil, ErrClosed
 	}
 	k := holdKey{h.kind.key(), h.kind.field(owner)}
 	hd := c.holds[k]
@@ -92,34 +100,44 @@ func (c *Client) register(ctx context.Context, h *handle, owner string, token in
 	}
 	acq := &acquisition{hold: hd, cancel: cancel, token: token}
 	hd.acqs = append(hd.acqs, acq)
-	return context.WithValue(lockCtx, acqKey{c, h.kind.key(), h.kind.role()}, acq)
+	return context.WithValue(lockCtx, acqKey{c, h.kind.key(), h.kind.role()}, acq), nil
 }
 
-// released records one successful Unlock through ctx: the acquisition ctx
-// belongs to ends (or the latest one, if ctx carries none of this hold's),
-// and with the last one the hold goes, watchdog and timer included, before
-// Unlock returns. That order is what keeps renewal from outliving the lock
-// (Redisson #7272).
-func (c *Client) released(ctx context.Context, h *handle, owner string) {
+// heldWith returns the hold owner already has on h's lock, if any.
+func (c *Client) heldWith(h *handle, owner string) *hold {
 	c.mu.Lock()
-	hd := c.holds[holdKey{h.kind.key(), h.kind.field(owner)}]
-	if hd == nil {
-		c.mu.Unlock()
-		return
+	defer c.mu.Unlock()
+	return c.holds[holdKey{h.kind.key(), h.kind.field(owner)}]
+}
+
+// releasing returns the request id with which to release acq: a new one
+// the first time, the same one when an Unlock is tried again. It fails when
+// acq was already released.
+func (c *Client) releasing(acq *acquisition) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if acq.unlocked {
+		return "", ErrNotHeld
 	}
-	i := len(hd.acqs) - 1
-	if acq, ok := ctx.Value(acqKey{c, h.kind.key(), h.kind.role()}).(*acquisition); ok {
-		for j, a := range hd.acqs {
-			if a == acq {
-				i = j
-			}
+	if acq.release == "" {
+		acq.release = c.newRequest()
+	}
+	return acq.release, nil
+}
+
+// released records the successful release of acq: its lock context ends,
+// and with the hold's last acquisition the hold goes, watchdog and timer
+// included, before Unlock returns. That order is what keeps renewal from
+// outliving the lock (Redisson #7272).
+func (c *Client) released(acq *acquisition) {
+	c.mu.Lock()
+	acq.unlocked = true
+	hd := acq.hold
+	if i := slices.Index(hd.acqs, acq); i >= 0 {
+		hd.acqs = slices.Delete(hd.acqs, i, i+1)
+		if len(hd.acqs) == 0 && c.holds[holdKey{hd.kind.key(), hd.kind.field(hd.owner)}] == hd {
+			c.drop(hd)
 		}
-	}
-	acq := hd.acqs[i]
-	hd.acqs = append(hd.acqs[:i], hd.acqs[i+1:]...)
-	last := len(hd.acqs) == 0
-	if last {
-		c.drop(hd)
 	}
 	c.mu.Unlock()
 	acq.cancel(ErrUnlocked)

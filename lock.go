@@ -35,6 +35,20 @@ func (c *Client) newHandle(name string, opts []LockOption, k func(name string) k
 	return handle{c: c, name: name, kind: k(name), cfg: cfg}, nil
 }
 
+// check rejects calls that cannot work: a handle not made by a Client's
+// New* function, a nil context, a closed Client.
+func (h *handle) check(ctx context.Context) error {
+	switch {
+	case h == nil || h.c == nil || h.kind == nil:
+		return fmt.Errorf("%w: lock handle not made by a Client (use NewMutex and the like)", ErrInvalidOption)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	case h.c.isClosed():
+		return ErrClosed
+	}
+	return nil
+}
+
 // lease is the lease each acquisition sets.
 func (h *handle) lease() time.Duration {
 	if h.cfg.hasLease {
@@ -63,50 +77,49 @@ func (h *handle) TryLock(ctx context.Context) (context.Context, error) {
 	return h.acquire(ctx, true)
 }
 
-// Unlock releases one hold of the owner in lockCtx, a context returned by
-// Lock or TryLock (or derived from one); that context ends with cause
-// ErrUnlocked. The lock is free when every hold is released. The error
-// wraps ErrNotHeld when the owner does not hold the lock.
+// Unlock releases the hold that lockCtx stands for: lockCtx is a context
+// returned by Lock or TryLock on this lock (or derived from one), and it
+// ends with cause ErrUnlocked. The lock is free when every hold is
+// released. The error wraps ErrNotHeld when lockCtx carries no hold of this
+// lock, when that hold was already released, or when Redis no longer has it
+// (it expired or was taken). Unlock may be called again after an error: it
+// sends the same request, so a release that did reach Redis is not counted
+// twice.
 func (h *handle) Unlock(lockCtx context.Context) error {
-	c := h.c
-	if c.isClosed() {
-		return ErrClosed
+	if err := h.check(lockCtx); err != nil {
+		return err
 	}
-	owner, ok := ownerFrom(lockCtx, c)
+	c := h.c
+	acq, ok := lockCtx.Value(acqKey{c, h.kind.key(), h.kind.role()}).(*acquisition)
 	if !ok {
-		return fmt.Errorf("%w: %q: the context carries no owner; pass the context Lock returned", ErrNotHeld, h.name)
+		return fmt.Errorf("%w: %q: the context carries no hold of this lock; pass the context its Lock returned", ErrNotHeld, h.name)
+	}
+	id, err := c.releasing(acq)
+	if err != nil {
+		return fmt.Errorf("%w: %q: this hold was already released", ErrNotHeld, h.name)
 	}
 	// The lock context may already be cancelled (lost lock); the release
-	// still has to reach Redis.
+	// still has to reach Redis, which may have the lock yet.
 	ctx := context.WithoutCancel(lockCtx)
-	res, err := h.kind.release(ctx, request{owner: owner, id: c.newRequest(), lease: h.lease()})
+	res, err := h.kind.release(ctx, request{owner: acq.hold.owner, id: id, lease: h.lease()})
 	if err != nil {
 		return fmt.Errorf("dlock: unlock %q: %w", h.name, err)
 	}
 	if res == notHeld {
-		c.lost(h, owner)
+		c.lose(acq.hold, fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
+		c.released(acq)
 		return fmt.Errorf("%w: %q", ErrNotHeld, h.name)
 	}
-	c.released(lockCtx, h, owner)
+	c.released(acq)
 	return nil
-}
-
-// lost ends the local record of a hold Redis no longer has.
-func (c *Client) lost(h *handle, owner string) {
-	c.mu.Lock()
-	hd := c.holds[holdKey{h.kind.key(), h.kind.field(owner)}]
-	c.mu.Unlock()
-	if hd != nil {
-		c.lose(hd, fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
-	}
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes its waiters. It
 // reports whether there was a lock to delete. Holders find out at their
 // next renewal or Unlock.
 func (h *handle) ForceUnlock(ctx context.Context) (bool, error) {
-	if h.c.isClosed() {
-		return false, ErrClosed
+	if err := h.check(ctx); err != nil {
+		return false, err
 	}
 	ok, err := h.kind.forceRelease(ctx)
 	if err != nil {
@@ -117,8 +130,8 @@ func (h *handle) ForceUnlock(ctx context.Context) (bool, error) {
 
 // IsLocked reports whether anyone holds the lock.
 func (h *handle) IsLocked(ctx context.Context) (bool, error) {
-	if h.c.isClosed() {
-		return false, ErrClosed
+	if err := h.check(ctx); err != nil {
+		return false, err
 	}
 	n, err := h.c.rdb.Exists(ctx, h.kind.key()).Result()
 	if err != nil {
@@ -130,8 +143,8 @@ func (h *handle) IsLocked(ctx context.Context) (bool, error) {
 // HoldCount returns how many holds the owner in ctx has on the lock: 0 when
 // ctx carries no owner or the owner does not hold it.
 func (h *handle) HoldCount(ctx context.Context) (int, error) {
-	if h.c.isClosed() {
-		return 0, ErrClosed
+	if err := h.check(ctx); err != nil {
+		return 0, err
 	}
 	owner, ok := ownerFrom(ctx, h.c)
 	if !ok {
@@ -147,8 +160,8 @@ func (h *handle) HoldCount(ctx context.Context) (int, error) {
 // TTL returns how long the lock's current lease has left, or 0 when nobody
 // holds it.
 func (h *handle) TTL(ctx context.Context) (time.Duration, error) {
-	if h.c.isClosed() {
-		return 0, ErrClosed
+	if err := h.check(ctx); err != nil {
+		return 0, err
 	}
 	d, err := h.c.rdb.PTTL(ctx, h.kind.key()).Result()
 	if err != nil {

@@ -1,0 +1,180 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestGiveUpDuringAttemptLeavesNothing: ctx ends while an acquire script
+// is in flight (the server is busy in DEBUG SLEEP, and the client gives up
+// at the deadline). The script still runs; the Lock call must not leave
+// that hold behind, neither a first hold nor an extra reentrant count.
+func TestGiveUpDuringAttemptLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer rdb.Close()
+	c := newClient(t, rdb)
+	name := lockName(t)
+	m := mustMutex(t, c, name)
+
+	sleep := func() { // writes (scripts too) wait 300 ms, then run
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", "300", "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A first acquisition given up mid-flight.
+	sleep()
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := m.Lock(tctx)
+	cancel()
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock: %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
+	if n, _ := admin.Exists(ctx, name).Result(); n != 0 {
+		t.Fatal("a Lock that returned an error left the lock held")
+	}
+
+	// A reentrant acquisition given up mid-flight.
+	l := mustLock(t, ctx, m)
+	sleep()
+	tctx, cancel = context.WithTimeout(l, 50*time.Millisecond)
+	_, err = m.Lock(tctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("reentrant Lock: %v", err)
+	}
+	if n, _ := m.HoldCount(l); n != 1 {
+		t.Fatalf("hold count %d after a failed re-entry, want 1", n)
+	}
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := admin.Exists(ctx, name).Result(); n != 0 {
+		t.Fatal("lock still held after its only Unlock")
+	}
+}
+
+// TestReentryWithOtherLeaseRefused: one hash has one expiry, so a re-entry
+// through a handle with another lease is refused rather than allowed to
+// shorten the outer hold's lease behind its back.
+func TestReentryWithOtherLeaseRefused(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, nil)
+	name := lockName(t)
+	watched := mustMutex(t, c, name)
+	leased := mustMutex(t, c, name, WithLease(300*time.Millisecond))
+	l := mustLock(t, ctx, watched)
+	if _, err := leased.Lock(l); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("re-entry with a fixed lease: %v, want ErrInvalidOption", err)
+	}
+	if n, _ := watched.HoldCount(l); n != 1 {
+		t.Errorf("hold count %d, want 1", n)
+	}
+	if err := watched.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	l2 := mustLock(t, ctx, leased)
+	if _, err := watched.TryLock(l2); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("re-entry without a lease into a fixed lease: %v, want ErrInvalidOption", err)
+	}
+	if err := leased.Unlock(l2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnlockIsPerHold: Unlock releases the hold its context stands for,
+// and only once; a finished context or another lock's context releases
+// nothing.
+func TestUnlockIsPerHold(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, nil)
+	a := mustMutex(t, c, lockName(t))
+	b := mustMutex(t, c, a.Name()+":b")
+	outer := mustLock(t, ctx, a)
+	inner := mustLock(t, outer, a)
+	if err := a.Unlock(inner); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Unlock(inner); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("second Unlock of one hold: %v, want ErrNotHeld", err)
+	}
+	if outer.Err() != nil {
+		t.Fatal("the outer lock context ended by a repeated inner Unlock")
+	}
+	if n, _ := a.HoldCount(outer); n != 1 {
+		t.Fatalf("hold count %d, want 1", n)
+	}
+	lb := mustLock(t, outer, b) // nested lock, same owner
+	if err := a.Unlock(lb); err != nil {
+		t.Fatalf("Unlock of a with a context nested inside it: %v", err) // lb derives from outer
+	}
+	if err := b.Unlock(outer); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Unlock of b with a's context: %v, want ErrNotHeld", err)
+	}
+	if err := b.Unlock(lb); err != nil {
+		t.Fatal(err)
+	}
+	if locked, _ := a.IsLocked(ctx); locked {
+		t.Error("a still locked")
+	}
+}
+
+// TestUnlockRetryAfterError: an Unlock whose reply does not come in time returns an error; calling it again must not count
+// down a second hold.
+func TestUnlockRetryAfterError(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	defer rdb.Close()
+	c := newClient(t, rdb)
+	m := mustMutex(t, c, lockName(t))
+	outer := mustLock(t, ctx, m)
+	inner := mustLock(t, outer, m)
+	// The release runs after the client gave up waiting for its reply.
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "300", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(inner); err == nil {
+		t.Fatal("Unlock succeeded although its reply timed out")
+	}
+	eventually(t, 2*time.Second, func() error { return m.Unlock(inner) })
+	if n, _ := m.HoldCount(outer); n != 1 {
+		t.Fatalf("hold count %d after a retried Unlock, want 1", n)
+	}
+	if err := m.Unlock(outer); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadCallsReturnErrors(t *testing.T) {
+	ctx := context.Background()
+	var zero Mutex
+	if _, err := zero.Lock(ctx); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("zero Mutex Lock: %v", err)
+	}
+	if err := zero.Unlock(ctx); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("zero Mutex Unlock: %v", err)
+	}
+	m := mustMutex(t, newClient(t, nil), lockName(t))
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := m.Lock(nil); !errors.Is(err, ErrInvalidOption) { //nolint:staticcheck
+		t.Errorf("Lock(nil): %v", err)
+	}
+	if _, err := m.IsLocked(nil); !errors.Is(err, ErrInvalidOption) { //nolint:staticcheck
+		t.Errorf("IsLocked(nil): %v", err)
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redisAddr}})
+	defer ring.Close()
+	if _, err := New(ring); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("New(ring): %v, want ErrInvalidOption", err)
+	}
+	var nilClient *redis.Client
+	if _, err := New(nilClient); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("New(typed nil): %v", err)
+	}
+}
