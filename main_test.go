@@ -76,14 +76,15 @@ func lockName(t testing.TB) string {
 	t.Cleanup(func() {
 		defer rdb.Close()
 		ctx := context.Background()
-		ch := prefixName(channelPrefix, name)
 		eventually(t, 5*time.Second, func() error {
-			n, err := rdb.PubSubNumSub(ctx, ch).Result()
+			// Every kind's channels contain the name: the Mutex's, the
+			// read-write lock's, the fair lock's per-waiter ones.
+			left, err := rdb.PubSubChannels(ctx, "*"+name+"*").Result()
 			if err != nil {
 				return err
 			}
-			if n[ch] != 0 {
-				return fmt.Errorf("%d subscribers left on %s", n[ch], ch)
+			if len(left) != 0 {
+				return fmt.Errorf("subscribers left on %v", left)
 			}
 			return nil
 		})
