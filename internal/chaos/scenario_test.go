@@ -169,7 +169,7 @@ func run(t *testing.T, sc scenario) {
 				overlaps++
 			}
 		}
-		notes += fmt.Sprintf(", double grants (overlaps) %d, fencing-token regressions %d, fenced writes rejected %d, increments lost %d",
+		notes += fmt.Sprintf(", double grants (overlaps) %d, holds with a token not above an earlier one %d, fenced writes rejected %d, increments lost %d",
 			overlaps, len(violations)-overlaps, total.Rejected, total.Increments-counter)
 	}
 	if sc.notes != "" {
