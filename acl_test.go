@@ -10,19 +10,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// minimalACL is the smallest permission set dlock needs for locks whose
-// names start with "app:", as documented in the README: the commands
-// clients send, the commands the scripts call, the lock's keys with their
-// companions, and the lock channels.
+// minimalACL is the smallest permission set dlock needs for locks of every
+// single-server kind whose names start with "app:", as documented in the
+// README: the commands clients send, the commands the scripts call, the
+// lock's keys with their companions, and the lock channels.
 var minimalACL = []any{
 	"on", ">secret", "resetkeys", "resetchannels",
-	"~app:*", "~redisson_lock_token:{app:*", "~redisson_unlock_latch:{app:*", "~dlock_lock_latch:{app:*",
-	"~redisson_lock__channel:{app:*",
-	"&redisson_lock__channel:{app:*",
+	"~app:*", "~{app:*", "~redisson_lock_token:{app:*", "~redisson_unlock_latch:{app:*", "~dlock_lock_latch:{app:*",
+	"~redisson_lock__channel:{app:*", "~redisson_rwlock:{app:*", "~redisson_lock_queue:{app:*", "~redisson_lock_timeout:{app:*",
+	"&redisson_lock__channel:{app:*", "&redisson_rwlock:{app:*",
 	"-@all", "+hello", "+ping",
 	"+evalsha", "+eval", "+subscribe", "+unsubscribe",
 	"+exists", "+hget", "+pttl",
-	"+get", "+set", "+del", "+hexists", "+hincrby", "+pexpire", "+incr", "+publish",
+	"+get", "+set", "+del", "+incr", "+pexpire", "+publish", "+time",
+	"+hexists", "+hincrby", "+hset", "+hdel", "+hlen", "+hkeys",
+	"+lindex", "+lrange", "+lpop", "+rpush", "+lrem",
+	"+zadd", "+zrem", "+zscore", "+zrange", "+zincrby",
 }
 
 func TestMinimalACL(t *testing.T) {
@@ -78,9 +81,39 @@ func TestMinimalACL(t *testing.T) {
 	}
 	admin.Del(ctx, "redisson_lock_token:{"+name+"}")
 
+	// The fair and read-write locks, with a waiter each, under the same user.
+	fair, err := newClient(t, rdb).NewFairMutex(name + ":fair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := newClient(t, rdb).NewRWMutex(name + ":rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []Locker{fair, rw.ReadLock(), rw.WriteLock()} {
+		held := mustLock(t, ctx, l)
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			wl, err := l.Lock(wctx) // another owner: waits, unless both read
+			if err == nil {
+				err = l.Unlock(wl)
+			}
+			got <- err
+		}()
+		if err := l.Unlock(held); err != nil {
+			t.Fatalf("%s: %v", l.Name(), err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("%s waiter: %v", l.Name(), err)
+		}
+	}
+	admin.Del(ctx, "redisson_lock_queue:{"+name+":fair}", "redisson_lock_timeout:{"+name+":fair}")
+
 	// A lock outside the permitted key pattern fails with a clear error.
 	other := mustMutex(t, newClient(t, rdb), "other:"+t.Name())
-	_, err := other.Lock(ctx)
+	_, err = other.Lock(ctx)
 	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("lock outside the ACL's keys: %v, want a NOPERM error", err)
 	}
