@@ -134,13 +134,15 @@ func ExampleQuorumError() {
 	_, err := l.TryLock(ctx)
 	var qe *dlock.QuorumError
 	if errors.As(err, &qe) {
+		// Not ErrNotObtained: no node said the lock is taken, the nodes
+		// failed. A node holding it for another owner would make it so.
 		fmt.Println(errors.Is(err, dlock.ErrNotObtained), qe.Op, len(qe.Failed), "of", qe.Nodes, "nodes failed, quorum", qe.Quorum)
 		for _, n := range qe.Failed {
 			fmt.Println("failed:", n.Addr)
 		}
 	}
 	// Output:
-	// true lock 2 of 3 nodes failed, quorum 2
+	// false lock 2 of 3 nodes failed, quorum 2
 	// failed: 127.0.0.1:1
 	// failed: 127.0.0.1:2
 }

@@ -73,8 +73,12 @@ func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, erro
 
 func (k *mutexKind) abandon(context.Context, request) error { return nil }
 
+// forceRelease deletes the lock under a fresh request latch: a command
+// go-redis re-sends after a lost reply answers as the first run did, rather
+// than deleting a lock another owner took in between.
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {
-	n, err := k.c.eval(ctx, scripts.ForceRelease, []string{k.name, k.channelName}, unlockMessage, k.c.publish).Int64()
+	keys := []string{k.name, k.channelName, prefixName(unlockLatchPrefix, k.name) + ":" + k.c.newRequest()}
+	n, err := k.c.eval(ctx, scripts.ForceRelease, keys, unlockMessage, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
 	return n == 1, err
 }
 

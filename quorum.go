@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,6 +33,15 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // carried out. It names every node that did not, and why. Errors returned
 // by RedLock wrap it (find it with errors.As); errors.As also finds each
 // *NodeError through it.
+//
+// A failed Lock or TryLock wraps ErrNotObtained as well only when at least
+// one node refused: another owner holds the lock there, or, in the fencing
+// round, the owner no longer held it there. Lock then waits and tries
+// again. When every node that failed did so with an error (connection
+// refused, no answer within the node timeout, NOPERM), the lock is not
+// known to be busy: the error wraps the *QuorumError but not
+// ErrNotObtained, and Lock returns it at once, as a Mutex returns a Redis
+// error.
 type QuorumError struct {
 	// Op is the request: "lock", "fence", "unlock", "renew", "force unlock"
 	// or "read".
@@ -53,6 +63,18 @@ func (e *QuorumError) Error() string {
 		b.WriteString(f.Error())
 	}
 	return b.String()
+}
+
+// refused reports whether some node answered with a refusal (the lock is
+// held by another owner, or no longer by this one) rather than failing
+// with an error.
+func (e *QuorumError) refused() bool {
+	for _, f := range e.Failed {
+		if errors.Is(f.Err, ErrNotObtained) || errors.Is(f.Err, ErrNotHeld) {
+			return true
+		}
+	}
+	return false
 }
 
 // Unwrap returns the node errors.
@@ -148,15 +170,63 @@ func quorumValue(vals []int64, q int) int64 {
 	return s[q-1]
 }
 
-// clientAddr names a Client's server in node errors.
-func clientAddr(c *Client) string {
+// failoverAddr is what go-redis puts in Options().Addr of every Sentinel
+// failover client: it names no server, since the client asks the sentinels
+// for the master's address only when it dials.
+const failoverAddr = "FailoverClient"
+
+// serverAddr returns the address of c's server as its go-redis client knows
+// it before dialing, or "" when the client does not know it: a Sentinel
+// failover client (plain or cluster) finds its servers only when it dials.
+func serverAddr(c *Client) string {
 	switch rdb := c.rdb.(type) {
 	case *redis.Client:
-		if a := rdb.Options().Addr; a != "" {
+		if a := rdb.Options().Addr; a != failoverAddr {
 			return a
 		}
 	case *redis.ClusterClient:
 		return strings.Join(rdb.Options().Addrs, ",")
 	}
+	return ""
+}
+
+// clientAddr names a Client's server in node errors: its address, or for a
+// client that does not know it before dialing (Sentinel), its kind and the
+// dlock Client's id, so that the nodes of a QuorumError stay apart.
+func clientAddr(c *Client) string {
+	if a := serverAddr(c); a != "" {
+		return a
+	}
+	if rdb, ok := c.rdb.(*redis.Client); ok && rdb.Options().Addr == failoverAddr {
+		return failoverAddr + " " + c.id
+	}
 	return "client " + c.id
+}
+
+// distinctServers refuses a list of Clients of which two surely talk to
+// the same server: two that share a go-redis client, or whose go-redis
+// clients have the same address. Sentinel failover clients do not say which
+// servers they use before they dial (go-redis gives each the address
+// "FailoverClient"), so for them only the go-redis client's identity can be
+// checked; NewRedLock does not dial to find out more.
+func distinctServers(clients []*Client) error {
+	rdbs := make(map[redis.UniversalClient]int, len(clients))
+	addrs := make(map[string]int, len(clients))
+	for i, c := range clients {
+		// New accepts only *redis.Client and *redis.ClusterClient, so
+		// rdb is a comparable pointer.
+		if j, dup := rdbs[c.rdb]; dup {
+			return fmt.Errorf("%w: RedLock clients %d and %d use the same go-redis client", ErrInvalidOption, j, i)
+		}
+		rdbs[c.rdb] = i
+		a := serverAddr(c)
+		if a == "" {
+			continue
+		}
+		if _, dup := addrs[a]; dup {
+			return fmt.Errorf("%w: RedLock server %s appears twice", ErrInvalidOption, a)
+		}
+		addrs[a] = i
+	}
+	return nil
 }

@@ -64,22 +64,25 @@ type RedLock struct {
 // NewRedLock returns a RedLock called name over the servers of clients, one
 // Client per independent server; their number must be odd and at least 3.
 // Options: WithLease, WithFencing, WithNodeTimeout.
+//
+// NewRedLock does not dial. It refuses two Clients on the same go-redis
+// client, or on go-redis clients with the same address. A Sentinel failover
+// client does not know its servers' addresses before it dials, so for
+// Sentinel-backed Clients only the first check applies: making sure that
+// each one monitors another master group is up to the caller.
 func NewRedLock(clients []*Client, name string, opts ...LockOption) (*RedLock, error) {
 	if len(clients) < 3 || len(clients)%2 == 0 {
 		return nil, fmt.Errorf("%w: a RedLock needs an odd number of servers, at least 3; got %d", ErrInvalidOption, len(clients))
 	}
 	nodes := make([]redNode, len(clients))
-	addrs := make(map[string]bool, len(clients))
 	for i, c := range clients {
 		if c == nil {
 			return nil, fmt.Errorf("%w: RedLock client %d is nil", ErrInvalidOption, i)
 		}
-		addr := clientAddr(c)
-		if addrs[addr] {
-			return nil, fmt.Errorf("%w: RedLock server %s appears twice", ErrInvalidOption, addr)
-		}
-		addrs[addr] = true
-		nodes[i] = redNode{i: i, c: c, addr: addr, m: newMutexKind(c, name)}
+		nodes[i] = redNode{i: i, c: c, addr: clientAddr(c), m: newMutexKind(c, name)}
+	}
+	if err := distinctServers(clients); err != nil {
+		return nil, err
 	}
 	for _, n := range nodes {
 		if n.c.isClosed() {
@@ -155,7 +158,7 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 	reentry := k.holding(r.owner)
 	n := len(k.nodes)
 	failed := make([]*NodeError, n)
-	var ok, refused int
+	var ok, refused, held int
 	var token int64
 	// Recorded before any is sent, so that a release issued after this
 	// attempt returns waits for each of them, even one not sent yet.
@@ -177,18 +180,24 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 		case !res.acquired:
 			failed[i] = &NodeError{k.nodes[i].addr, fmt.Errorf("%w: held by another owner for %v", ErrNotObtained, res.ttl)}
 			refused++
+			held++
 		default:
 			token = max(token, res.token)
 			ok++
 		}
-		return ok >= k.quorum || refused > n-k.quorum
+		// A round without a quorum waits for a node that says the lock
+		// is held, if any does within the node timeout: whether the
+		// lock is busy or the nodes are failing decides the error.
+		return ok >= k.quorum || refused > n-k.quorum && held > 0
 	})
 
 	var reason error
 	if ok < k.quorum {
 		reason = k.quorumError("lock", failed)
 	} else if r.fence {
-		reason = k.fence(ctx, r.owner, token)
+		if qe := k.fence(ctx, r.owner, token); qe != nil {
+			reason = qe
+		}
 	}
 	if reason == nil {
 		elapsed := time.Since(start)
@@ -199,6 +208,12 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 		reason = fmt.Errorf("redlock: a quorum accepted after %v, past the validity of %v", elapsed, valid)
 	}
 	k.undo(ctx, r.owner, r.lease, round, reentry)
+	if qe, ok := reason.(*QuorumError); ok && !qe.refused() {
+		// No node said the lock is taken: the nodes are down or refuse
+		// us (NOPERM), which a Mutex reports as an error too, not as a
+		// busy lock to wait for.
+		return attemptResult{}, qe
+	}
 	return attemptResult{ttl: retryDelay(), reason: reason}, nil
 }
 
@@ -208,7 +223,7 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 // holds the lock there, makes every later owner's token larger: its quorum
 // shares a node with this one, which it can take only after this owner's
 // hold there ended, so its INCR there yields more than token.
-func (k *redKind) fence(ctx context.Context, owner string, token int64) error {
+func (k *redKind) fence(ctx context.Context, owner string, token int64) *QuorumError {
 	failed := make([]*NodeError, len(k.nodes))
 	var ok, refused int
 	fanOut(ctx, k.nodes, k.timeout, func(ctx context.Context, nd redNode) (int64, error) {
@@ -291,6 +306,10 @@ func (k *redKind) release(ctx context.Context, r request) (releaseResult, error)
 	return 0, k.quorumError("unlock", failed)
 }
 
+// forceRelease deletes the lock on every node. Each node's request carries
+// its own fresh request latch (mutexKind.forceRelease), so a command re-sent
+// after a lost reply does not delete a lock another owner took in between.
+// It succeeds when a quorum of nodes answered.
 func (k *redKind) forceRelease(ctx context.Context) (bool, error) {
 	failed := make([]*NodeError, len(k.nodes))
 	var answered int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -139,10 +141,12 @@ func TestRedLockQuorumWithNodesDown(t *testing.T) {
 		t.Fatalf("Unlock with 2 of 5 servers down: %v", err)
 	}
 
+	// No quorum, and no node says the lock is taken: an error, not a
+	// busy lock (as a Mutex reports a server that is down).
 	servers[2].Kill()
 	_, err = l.TryLock(ctx)
-	if !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("TryLock with 3 of 5 servers down: %v, want ErrNotObtained", err)
+	if err == nil || errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock with 3 of 5 servers down: %v, want an error that is not ErrNotObtained", err)
 	}
 	down := addrsOf(servers[2:]...)
 	if got := failedAddrs(t, err); !slices.Equal(got, down) {
@@ -156,15 +160,35 @@ func TestRedLockQuorumWithNodesDown(t *testing.T) {
 	// The failed round was undone on the nodes that had accepted.
 	eventuallyFree(t, name, servers[:2]...)
 
-	// Lock retries until ctx ends, and still says which nodes failed.
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// Lock does not wait for the servers to come back: it returns the
+	// error at once, before ctx ends.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	_, err = l.Lock(wctx)
-	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Lock with 3 of 5 servers down: %v, want ErrNotObtained and DeadlineExceeded", err)
+	if err == nil || errors.Is(err, ErrNotObtained) || wctx.Err() != nil {
+		t.Fatalf("Lock with 3 of 5 servers down: %v (ctx %v), want an error that is not ErrNotObtained, before ctx ends", err, wctx.Err())
+	}
+	var ne *NodeError
+	if !errors.As(err, &ne) || !slices.Contains(down, ne.Addr) {
+		t.Fatalf("Lock with 3 of 5 servers down: %v, want a *NodeError naming a down server", err)
 	}
 	if got := failedAddrs(t, err); !slices.Equal(got, down) {
 		t.Fatalf("failed nodes %v, want %v", got, down)
+	}
+
+	// One node that says the lock is taken makes it busy, even among errors.
+	other := mustMutex(t, clients[0], name, WithLease(time.Minute))
+	held := mustLock(t, ctx, other)
+	_, err = l.TryLock(ctx)
+	if !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock with 3 of 5 servers down and 1 held by another owner: %v, want ErrNotObtained", err)
+	}
+	var ne2 *NodeError
+	if !errors.As(err, &ne2) || !slices.Contains(failedAddrs(t, err), servers[0].Addr()) {
+		t.Fatalf("failed nodes %v, want the held one %s among them", failedAddrs(t, err), servers[0].Addr())
+	}
+	if err := other.Unlock(held); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -335,8 +359,8 @@ func TestRedLockFrozenNode(t *testing.T) {
 	start = time.Now()
 	_, err = l.TryLock(ctx)
 	d := time.Since(start)
-	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("TryLock with 2 frozen and 1 dead: %v, want ErrNotObtained and a node DeadlineExceeded", err)
+	if errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock with 2 frozen and 1 dead: %v, want a node DeadlineExceeded and not ErrNotObtained", err)
 	}
 	if got, want := failedAddrs(t, err), addrsOf(servers[:3]...); !slices.Equal(got, want) {
 		t.Fatalf("failed nodes %v, want %v", got, want)
@@ -432,6 +456,8 @@ func TestNewRedLockValidates(t *testing.T) {
 		{"four servers", append(slices.Clone(clients), clients[0]), nil},
 		{"nil client", []*Client{clients[0], nil, clients[2]}, nil},
 		{"same server twice", []*Client{clients[0], clients[1], other}, nil},
+		{"same Client twice", []*Client{clients[0], clients[1], clients[0]}, nil},
+		{"same go-redis client twice", []*Client{clients[0], clients[1], newClient(t, clients[0].rdb)}, nil},
 		{"node timeout too long", clients, []LockOption{WithLease(time.Second), WithNodeTimeout(200 * time.Millisecond)}},
 		{"negative node timeout", clients, []LockOption{WithNodeTimeout(-1)}},
 	}
@@ -452,5 +478,199 @@ func TestNewRedLockValidates(t *testing.T) {
 	l = mustRedLock(t, clients, "x", WithLease(200*time.Millisecond))
 	if l.k.timeout != 20*time.Millisecond {
 		t.Fatalf("default node timeout for a 200ms lease = %v, want a tenth of it", l.k.timeout)
+	}
+}
+
+// failoverRedis returns a Sentinel failover client for master over
+// sentinels that are never dialed, closed with t.
+func failoverRedis(t testing.TB, master string, sentinels ...string) *redis.Client {
+	t.Helper()
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: sentinels})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// TestNewRedLockSentinelClients: go-redis gives every failover client the
+// address "FailoverClient", so three Sentinel groups must not be taken for
+// one server; the same go-redis client twice still is. Nothing listens at
+// the sentinel addresses: NewRedLock must not dial.
+func TestNewRedLockSentinelClients(t *testing.T) {
+	var clients []*Client
+	for i := range 3 {
+		rdb := failoverRedis(t, fmt.Sprintf("group%d", i), fmt.Sprintf("127.0.0.1:%d", i+1))
+		clients = append(clients, newClient(t, rdb))
+	}
+	l, err := NewRedLock(clients, "x")
+	if err != nil {
+		t.Fatalf("three distinct failover clients: %v", err)
+	}
+	names := map[string]bool{}
+	for _, nd := range l.k.nodes {
+		if !strings.HasPrefix(nd.addr, "FailoverClient ") || names[nd.addr] {
+			t.Fatalf("node names %v: want each failover node named apart", l.k.nodes)
+		}
+		names[nd.addr] = true
+	}
+
+	// Two Clients on one failover client: one server.
+	twice := []*Client{clients[0], clients[1], newClient(t, clients[0].rdb)}
+	if _, err := NewRedLock(twice, "x"); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("two Clients on one failover client: %v, want ErrInvalidOption", err)
+	}
+	// A failover client next to plain clients: only the plain ones'
+	// addresses are compared.
+	mixed := []*Client{clients[0], newClient(t, newRedisAt(t, "127.0.0.1:1")), newClient(t, newRedisAt(t, "127.0.0.1:2"))}
+	if _, err := NewRedLock(mixed, "x"); err != nil {
+		t.Fatalf("a failover client and two plain ones: %v", err)
+	}
+}
+
+// dialHook is a go-redis hook that runs before every new connection of
+// the client it is added to.
+type dialHook func()
+
+func (h dialHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h()
+		return next(ctx, network, addr)
+	}
+}
+
+func (dialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// lossyRedis returns a go-redis client for the server at addr, through a
+// new proxy, that calls between at its first dial after the proxy lost a
+// reply: go-redis re-sends the command on a new connection, so between runs
+// after the command's first run and before the second. script is loaded
+// first, so that the lost reply is the script's and not a NOSCRIPT.
+func lossyRedis(t testing.TB, addr string, script *redis.Script, between func()) (*redis.Client, *redistest.Proxy) {
+	t.Helper()
+	if err := script.Load(context.Background(), newRedisAt(t, addr)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy := redistest.NewTestProxy(t, addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3})
+	t.Cleanup(func() { _ = rdb.Close() })
+	// Connect now: the replies to go-redis's handshake (HELLO) must not
+	// be the ones the proxy loses.
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	rdb.AddHook(dialHook(func() {
+		if proxy.Drops() > 0 {
+			once.Do(between)
+		}
+	}))
+	return rdb, proxy
+}
+
+// TestForceUnlockLostReplyKeepsNextOwner loses the reply to a ForceUnlock;
+// before go-redis sends it again, another owner takes the lock. The re-sent
+// command must answer as the first run did (the request latch) and leave
+// the new owner's lock alone.
+func TestForceUnlockLostReplyKeepsNextOwner(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	m := mustMutex(t, newClient(t, nil), name, WithLease(time.Minute))
+	mustLock(t, ctx, m)
+	next := make(chan context.Context, 1)
+	rdb, proxy := lossyRedis(t, redisAddr, scripts.ForceRelease, func() {
+		l, err := m.TryLock(ctx)
+		if err != nil {
+			t.Errorf("the next owner, between the two runs: %v", err)
+		}
+		next <- l
+	})
+	forcer := mustMutex(t, newClient(t, rdb), name)
+
+	proxy.DropNextReply()
+	deleted, err := forcer.ForceUnlock(ctx)
+	if err != nil || !deleted {
+		t.Fatalf("ForceUnlock after a lost reply = %v, %v; want true, nil (the first run's answer)", deleted, err)
+	}
+	if proxy.Drops() != 1 {
+		t.Fatalf("proxy dropped %d replies, want 1", proxy.Drops())
+	}
+	var l context.Context
+	select {
+	case l = <-next:
+	default:
+		t.Fatal("go-redis re-sent the command without a new connection: no owner took the lock in between")
+	}
+	if l == nil {
+		t.FailNow()
+	}
+	if n, err := m.HoldCount(l); err != nil || n != 1 {
+		t.Fatalf("the next owner's HoldCount = %d, %v; want 1: the re-sent ForceUnlock deleted its lock", n, err)
+	}
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedLockForceUnlockLostReply is the same on one node of a RedLock: the
+// force release sent to each node carries its own request latch.
+func TestRedLockForceUnlockLostReply(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.NewServers(t, 3)
+	name := "test:" + t.Name()
+	plain := redClients(t, servers)
+	next := make(chan context.Context, 1)
+	// Another owner, as a plain Mutex on node 0, takes the lock between
+	// the two runs of node 0's force release.
+	other := mustMutex(t, plain[0], name, WithLease(time.Minute))
+	rdb, proxy := lossyRedis(t, servers[0].Addr(), scripts.ForceRelease, func() {
+		l, err := other.TryLock(ctx)
+		if err != nil {
+			t.Errorf("the next owner, between the two runs: %v", err)
+		}
+		next <- l
+	})
+	clients := append([]*Client{newClient(t, rdb)}, plain[1:]...)
+	l := mustRedLock(t, clients, name, WithLease(time.Minute), WithNodeTimeout(5*time.Second))
+	mustLock(t, ctx, l)
+	// Lock returns at a quorum: node 0's reply may still be on its way,
+	// and the proxy must lose the force release's reply, not that one.
+	eventually(t, 5*time.Second, func() error {
+		l.k.sent.mu.Lock()
+		defer l.k.sent.mu.Unlock()
+		if n := len(l.k.sent.m); n > 0 {
+			return fmt.Errorf("%d acquire requests still on their way", n)
+		}
+		return nil
+	})
+
+	proxy.DropNextReply()
+	deleted, err := l.ForceUnlock(ctx)
+	if err != nil || !deleted {
+		t.Fatalf("ForceUnlock after a lost reply = %v, %v; want true, nil", deleted, err)
+	}
+	if proxy.Drops() != 1 {
+		t.Fatalf("proxy dropped %d replies, want 1", proxy.Drops())
+	}
+	var held context.Context
+	select {
+	case held = <-next:
+	default:
+		t.Fatal("go-redis re-sent the command without a new connection: no owner took the lock in between")
+	}
+	if held == nil {
+		t.FailNow()
+	}
+	if n, err := other.HoldCount(held); err != nil || n != 1 {
+		t.Fatalf("the next owner's HoldCount on node 0 = %d, %v; want 1: the re-sent force release deleted its lock", n, err)
+	}
+	for _, s := range servers[1:] {
+		if keyOn(t, s, name) {
+			t.Fatalf("server %s still has the lock after ForceUnlock", s.Addr())
+		}
+	}
+	if err := other.Unlock(held); err != nil {
+		t.Fatal(err)
 	}
 }
