@@ -92,7 +92,7 @@ func (k *fairKind) renewer() renewer            { return hashRenewer{} }
 func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" + owner }
 
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, k.queue, k.deadlines, k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
+	keys := []string{k.name, k.queue, k.deadlines, k.token, acquireLatch(k.name, r.id)}
 	res, err := k.c.eval(ctx, scripts.FairAcquire, keys,
 		millis(r.lease), r.owner, k.wait, boolArg(r.wait), boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
 	if err != nil {
@@ -102,7 +102,7 @@ func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error
 }
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, releaseLatch(k.name, r.id)}
 	n, err := k.c.eval(ctx, scripts.FairRelease, keys,
 		unlockMessage, millis(r.lease), r.owner, k.c.publish, millis(k.c.cfg.latchTTL), k.wait).Int64()
 	if err != nil {
@@ -118,7 +118,7 @@ func (k *fairKind) abandon(ctx context.Context, r request) error {
 }
 
 func (k *fairKind) forceRelease(ctx context.Context) (bool, error) {
-	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, prefixName(unlockLatchPrefix, k.name) + ":" + k.c.newRequest()}
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, releaseLatch(k.name, k.c.newRequest())}
 	n, err := k.c.eval(ctx, scripts.FairForceRelease, keys,
 		unlockMessage, k.c.publish, k.wait, millis(k.c.cfg.latchTTL)).Int64()
 	return n == 1, err

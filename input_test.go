@@ -54,7 +54,7 @@ func TestCompanionKeysShareSlot(t *testing.T) {
 		k := newMutexKind(nil, name)
 		keys := []string{
 			k.channelName, k.token,
-			prefixName(lockLatchPrefix, name) + ":id", prefixName(unlockLatchPrefix, name) + ":id",
+			acquireLatch(name, "id"), releaseLatch(name, "id"),
 			suffixName(name, "rwlock_timeout"),
 		}
 		for _, key := range keys {

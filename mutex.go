@@ -52,7 +52,7 @@ func (k *mutexKind) renewer() renewer          { return hashRenewer{} }
 func (k *mutexKind) channel(string) string     { return k.channelName }
 
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
+	keys := []string{k.name, k.token, acquireLatch(k.name, r.id)}
 	res, err := k.c.eval(ctx, scripts.LockAcquire, keys,
 		millis(r.lease), r.owner, boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
 	if err != nil {
@@ -62,7 +62,7 @@ func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, erro
 }
 
 func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.channelName, prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
+	keys := []string{k.name, k.channelName, releaseLatch(k.name, r.id)}
 	n, err := k.c.eval(ctx, scripts.LockRelease, keys,
 		unlockMessage, millis(r.lease), r.owner, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
 	if err != nil {
@@ -77,7 +77,7 @@ func (k *mutexKind) abandon(context.Context, request) error { return nil }
 // go-redis re-sends after a lost reply answers as the first run did, rather
 // than deleting a lock another owner took in between.
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {
-	keys := []string{k.name, k.channelName, prefixName(unlockLatchPrefix, k.name) + ":" + k.c.newRequest()}
+	keys := []string{k.name, k.channelName, releaseLatch(k.name, k.c.newRequest())}
 	n, err := k.c.eval(ctx, scripts.ForceRelease, keys, unlockMessage, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
 	return n == 1, err
 }

@@ -78,3 +78,14 @@ func crc16(s string) uint16 {
 	}
 	return crc
 }
+
+// acquireLatch is the key under which an acquire request records its
+// outcome, so that the same request sent again is not applied twice.
+func acquireLatch(name, request string) string {
+	return prefixName(lockLatchPrefix, name) + ":" + request
+}
+
+// releaseLatch is the same for a release request (Redisson's unlock latch).
+func releaseLatch(name, request string) string {
+	return prefixName(unlockLatchPrefix, name) + ":" + request
+}

@@ -116,7 +116,7 @@ func (n rwNames) abandon(context.Context, request) error { return nil }
 
 // forceReleaseMode deletes the lock if it is held in mode.
 func (n rwNames) forceReleaseMode(ctx context.Context, mode string) (bool, error) {
-	keys := []string{n.name, n.channelName, prefixName(unlockLatchPrefix, n.name) + ":" + n.c.newRequest()}
+	keys := []string{n.name, n.channelName, releaseLatch(n.name, n.c.newRequest())}
 	d, err := n.c.eval(ctx, scripts.RWForceRelease, keys, mode, readUnlockMessage, n.c.publish, millis(n.c.cfg.latchTTL)).Int64()
 	return d == 1, err
 }
@@ -147,7 +147,7 @@ func (k *readKind) role() string              { return "read" }
 func (k *readKind) renewer() renewer          { return readRenewer{} }
 
 func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, holdKeyPrefix(k.name, r.owner), k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
+	keys := []string{k.name, holdKeyPrefix(k.name, r.owner), k.token, acquireLatch(k.name, r.id)}
 	res, err := k.c.eval(ctx, scripts.RWReadAcquire, keys,
 		millis(r.lease), r.owner, writeField(r.owner), boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
 	if err != nil {
@@ -158,7 +158,7 @@ func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error
 
 func (k *readKind) release(ctx context.Context, r request) (releaseResult, error) {
 	keys := []string{k.name, k.channelName, holdKeyPrefix(k.name, r.owner), hashTag(k.name),
-		prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
+		releaseLatch(k.name, r.id)}
 	n, err := k.c.eval(ctx, scripts.RWReadRelease, keys,
 		unlockMessage, r.owner, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
 	if err != nil {
@@ -183,7 +183,7 @@ func (k *writeKind) renewer() renewer          { return hashRenewer{} }
 const upgradeRefused = -1
 
 func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, k.token, prefixName(lockLatchPrefix, k.name) + ":" + r.id}
+	keys := []string{k.name, k.token, acquireLatch(k.name, r.id)}
 	res, err := k.c.eval(ctx, scripts.RWWriteAcquire, keys,
 		millis(r.lease), writeField(r.owner), r.owner, boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
 	if err != nil {
@@ -196,7 +196,7 @@ func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, erro
 }
 
 func (k *writeKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.channelName, prefixName(unlockLatchPrefix, k.name) + ":" + r.id}
+	keys := []string{k.name, k.channelName, releaseLatch(k.name, r.id)}
 	n, err := k.c.eval(ctx, scripts.RWWriteRelease, keys,
 		readUnlockMessage, millis(r.lease), writeField(r.owner), k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
 	if err != nil {
