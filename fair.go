@@ -43,16 +43,16 @@ var _ Locker = (*FairMutex)(nil)
 // Redis only when used. Options: WithLease, WithFencing,
 // WithFairWaitTimeout.
 func (c *Client) NewFairMutex(name string, opts ...LockOption) (*FairMutex, error) {
-	// The kind needs the handle's options, so it is made once they are read.
-	h, err := c.newHandle(name, opts, func(string) kind { return nil })
+	h, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
+		wait := cfg.fairWait
+		if wait == 0 {
+			wait = DefaultFairWaitTimeout
+		}
+		return newFairKind(c, name, wait), nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	wait := h.cfg.fairWait
-	if wait == 0 {
-		wait = DefaultFairWaitTimeout
-	}
-	h.kind = newFairKind(c, name, wait)
 	return &FairMutex{h}, nil
 }
 

@@ -15,7 +15,9 @@ type handle struct {
 	cfg  lockConfig
 }
 
-func (c *Client) newHandle(name string, opts []LockOption, k func(name string) kind) (handle, error) {
+// newHandle validates a lock's name and options and makes its handle with
+// the kind that newKind returns for them.
+func (c *Client) newHandle(name string, opts []LockOption, newKind func(name string, cfg lockConfig) (kind, error)) (handle, error) {
 	if c == nil {
 		return handle{}, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
@@ -32,7 +34,11 @@ func (c *Client) newHandle(name string, opts []LockOption, k func(name string) k
 	if err := cfg.validate(); err != nil {
 		return handle{}, err
 	}
-	return handle{c: c, name: name, kind: k(name), cfg: cfg}, nil
+	k, err := newKind(name, cfg)
+	if err != nil {
+		return handle{}, err
+	}
+	return handle{c: c, name: name, kind: k, cfg: cfg}, nil
 }
 
 // check rejects calls that cannot work: a handle not made by a Client's
@@ -50,11 +56,15 @@ func (h *handle) check(ctx context.Context) error {
 }
 
 // lease is the lease each acquisition sets.
-func (h *handle) lease() time.Duration {
-	if h.cfg.hasLease {
-		return h.cfg.lease
+func (h *handle) lease() time.Duration { return h.c.lease(h.cfg) }
+
+// lease is the lease of acquisitions configured by cfg: the fixed lease,
+// or the watchdog timeout.
+func (c *Client) lease(cfg lockConfig) time.Duration {
+	if cfg.hasLease {
+		return cfg.lease
 	}
-	return h.c.cfg.watchdogTimeout
+	return c.cfg.watchdogTimeout
 }
 
 // Name returns the lock's name.

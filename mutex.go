@@ -26,7 +26,7 @@ type Mutex struct {
 // NewMutex returns a handle on the reentrant lock called name. It talks to
 // Redis only when used. Options: WithLease, WithFencing.
 func (c *Client) NewMutex(name string, opts ...LockOption) (*Mutex, error) {
-	h, err := c.newHandle(name, opts, func(name string) kind { return newMutexKind(c, name) })
+	h, err := c.newHandle(name, opts, func(name string, _ lockConfig) (kind, error) { return newMutexKind(c, name), nil })
 	if err != nil {
 		return nil, err
 	}

@@ -89,23 +89,22 @@ func NewRedLock(clients []*Client, name string, opts ...LockOption) (*RedLock, e
 			return nil, ErrClosed
 		}
 	}
-	var k *redKind
-	h, err := clients[0].newHandle(name, opts, func(name string) kind {
-		k = &redKind{id: strconv.FormatUint(redLocks.Add(1), 10), name: name, nodes: nodes, quorum: quorum(len(nodes))}
-		return k
+	h, err := clients[0].newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
+		lease := clients[0].lease(cfg)
+		timeout := cfg.nodeTimeout
+		switch {
+		case timeout == 0:
+			timeout = min(DefaultNodeTimeout, lease/10)
+		case timeout > lease/10:
+			return nil, fmt.Errorf("%w: node timeout %v is more than a tenth of the lease %v", ErrInvalidOption, timeout, lease)
+		}
+		return &redKind{id: strconv.FormatUint(redLocks.Add(1), 10), name: name, nodes: nodes, quorum: quorum(len(nodes)),
+			timeout: max(timeout, time.Millisecond)}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	lease := h.lease()
-	switch k.timeout = h.cfg.nodeTimeout; {
-	case k.timeout == 0:
-		k.timeout = min(DefaultNodeTimeout, lease/10)
-	case k.timeout > lease/10:
-		return nil, fmt.Errorf("%w: node timeout %v is more than a tenth of the lease %v", ErrInvalidOption, k.timeout, lease)
-	}
-	k.timeout = max(k.timeout, time.Millisecond)
-	return &RedLock{handle: h, k: k}, nil
+	return &RedLock{handle: h, k: h.kind.(*redKind)}, nil
 }
 
 // redLocks numbers RedLocks, so that each one's holds form their own

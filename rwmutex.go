@@ -75,11 +75,11 @@ var (
 // to Redis only when used. Options, for both halves: WithLease,
 // WithFencing (the token counter is shared by reads and writes).
 func (c *Client) NewRWMutex(name string, opts ...LockOption) (*RWMutex, error) {
-	r, err := c.newHandle(name, opts, func(name string) kind { return &readKind{newRWNames(c, name)} })
+	r, err := c.newHandle(name, opts, func(name string, _ lockConfig) (kind, error) { return &readKind{newRWNames(c, name)}, nil })
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.newHandle(name, opts, func(name string) kind { return &writeKind{newRWNames(c, name)} })
+	w, err := c.newHandle(name, opts, func(name string, _ lockConfig) (kind, error) { return &writeKind{newRWNames(c, name)}, nil })
 	if err != nil {
 		return nil, err
 	}
