@@ -48,10 +48,12 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 		req := request{owner: owner, id: c.newRequest(), lease: lease, wait: !try, fence: h.cfg.fenced}
 		res, err := h.attempt(ctx, req)
 		switch {
-		case err != nil && ctx.Err() != nil:
-			h.settle(ctx, req)
-			return nil, h.gaveUp(ctx, req, last)
 		case err != nil:
+			// The script may have run although no reply came back.
+			h.settle(ctx, req)
+			if ctxDone(ctx) {
+				return nil, h.gaveUp(ctx, req, last)
+			}
 			h.abandon(ctx, req)
 			return nil, fmt.Errorf("dlock: lock %q: %w", h.name, err)
 		case res.acquired:
@@ -123,14 +125,29 @@ func notObtained(name string, reason error) error {
 func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
 	h.abandon(ctx, req)
 	if last != nil {
-		return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotObtained, h.name, ctx.Err(), last)
+		return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotObtained, h.name, ctxErr(ctx), last)
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotObtained, h.name, ctx.Err())
+	return fmt.Errorf("%w: %q: %w", ErrNotObtained, h.name, ctxErr(ctx))
 }
 
-// settle is called when ctx ended while an attempt was in flight: the
-// script may have run all the same (Redis got it, the reply was not
-// waited for), leaving a hold nobody knows about. It sends the same request
+// ctxErr is ctx.Err(), counting a deadline that has passed as exceeded
+// even before ctx's timer has fired: a Redis client whose socket deadline
+// is ctx's deadline can fail a moment before ctx.Err() says so.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func ctxDone(ctx context.Context) bool { return ctxErr(ctx) != nil }
+
+// settle is called when an attempt failed without an answer (ctx ended,
+// the connection broke, the reply timed out): the script may have run all
+// the same, leaving a hold nobody knows about. It sends the same request
 // again, whose latch answers as the first run did, and gives back what it
 // took. A first run that never arrived may also take the lock now; that
 // hold is given back too.
