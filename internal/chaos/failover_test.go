@@ -11,17 +11,21 @@ import (
 )
 
 // Failovers during contention. Redis replicates asynchronously, so a
-// failover can promote a replica that has not seen the latest lock writes,
-// and for a moment after a Sentinel failover clients that still talk to the
-// old master and clients already on the new one take the same lock on
-// both. Without replica sync these runs may grant the lock twice: the
-// double grants the history checker finds are reported in the summary,
-// not failed on. With WithReplicaSync(1, ...) an acquisition counts only
-// once WAIT says a replica has it, which shuts out the old master once its
-// replica is gone, but a replica that acknowledged can still lose the
-// write, and a lease renewal is not waited for: WAIT narrows the window,
-// it does not close it, so those runs report violations too and assert
-// liveness. Each topology is started once and serves both runs.
+// failover can promote a replica that lacks the latest lock writes. After
+// SENTINEL FAILOVER the old master serves its clients until they hear of
+// the switch, and what they write there meanwhile (locks, fencing-token
+// increments) is lost when it becomes a replica: tokens go back, and
+// clients that switch at different moments can hold the lock on both
+// masters at once. A frozen cluster master grants nothing, so there only
+// writes not yet replicated when it froze are at risk. Without replica
+// sync these runs may grant the lock twice: what the history checker finds
+// is reported in the summary, not failed on. With WithReplicaSync(1, ...)
+// an acquisition counts only once WAIT says a replica has it, which shuts
+// out the old master once its replica is gone; but a replica that
+// acknowledged can still lose the write, and renewals and releases are not
+// waited for: WAIT narrows the window, it does not close it, so those runs
+// report violations too and assert liveness. Each topology is started once
+// and serves both runs.
 
 // failoverGap is the contention between two failovers.
 const failoverGap = 500 * time.Millisecond
