@@ -73,12 +73,21 @@ func failoverRuns(t *testing.T, sc scenario, perOwner func() int, healthy func(c
 			sc.unsafe = true
 			sc.notes = syncNote(replicaSync)
 			// The fault goroutine does not touch t: it may outlive a run
-			// that failed. run has waited for it when it returns.
+			// that failed, though run has waited for it when it returns.
+			// The next run must not start during its last failover.
 			var f faultLog
+			done := make(chan struct{})
 			sc.fault = func(ctx context.Context, _ *testing.T, _ *redistest.Server) int {
+				defer close(done)
 				f = failovers(ctx, func(ctx context.Context) error { return inject(ctx, "chaos:"+sc.name) })
 				return len(f.took)
 			}
+			t.Cleanup(func() {
+				select {
+				case <-done:
+				case <-time.After(time.Minute): // run failed before starting it
+				}
+			})
 			run(t, sc)
 			t.Logf("failovers took %v", f.took)
 			if f.err != nil {
@@ -158,7 +167,7 @@ func TestClusterFailovers(t *testing.T) {
 			checkCleanTopology(t, name, cl.Nodes()...)
 		},
 	}
-	failoverRuns(t, sc, func() int { return scale(100, 1000) }, cl.WaitHealthy,
+	failoverRuns(t, sc, func() int { return scale(100, 2000) }, cl.WaitHealthy,
 		func(ctx context.Context, lock string) error {
 			// Found anew each time: the last failover moved the slot.
 			master := cl.MasterFor(lock)

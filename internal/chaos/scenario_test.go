@@ -124,6 +124,7 @@ func run(t *testing.T, sc scenario) {
 		procs = append(procs, proc{cmd, out})
 	}
 	ctx, stop := context.WithCancel(context.Background())
+	defer stop() // ends the faults however run ends
 	faults := make(chan int, 1)
 	go func() {
 		n := 0
