@@ -82,16 +82,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		holds:   map[holdKey]*hold{},
 	}
 	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
-	interval := cfg.watchdogTimeout / 3
-	c.watchdog = watchdog.New(interval, cfg.batchSize, c.renewGroup, func(ctx context.Context, group string, holds []*hold) error {
-		// A master that stopped answering must not hold up the renewal
-		// of every other batch, nor the next try once the cluster or
-		// Sentinel has replaced it: go-redis alone would retry a
-		// timed-out command several times.
-		ctx, cancel := context.WithTimeout(ctx, interval)
-		defer cancel()
-		return c.renew(ctx, group, holds)
-	}, func(err error) {
+	// Each tick of the watchdog ends by the next one: a master that
+	// stopped answering must not hold up the renewals bound for the
+	// others, nor the next try once the cluster or Sentinel has replaced
+	// it (go-redis alone would retry a timed-out command several times).
+	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, c.renewGroup, c.renew, func(err error) {
 		c.reroute(context.Background(), err)
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})

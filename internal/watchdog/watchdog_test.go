@@ -2,7 +2,12 @@ package watchdog
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -89,5 +94,314 @@ func TestRemoveKeepsLoopForNextAdd(t *testing.T) {
 	w.mu.Unlock()
 	if loops != 1 {
 		t.Fatalf("%d loops started for 100 Add/Remove pairs, want 1", loops)
+	}
+}
+
+// register adds entries without starting the loop, for tests that run
+// ticks themselves.
+func register[T comparable](w *Watchdog[T], es ...T) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range es {
+		w.entries[e] = struct{}{}
+	}
+}
+
+// runTick runs one tick of w in the background and returns a function that
+// ends it and waits for it.
+func runTick[T comparable](w *Watchdog[T]) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.tick(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// TestTickSlowGroupsDoNotDelayOthers: chunks bound for a node that stopped
+// answering (renew blocks until the tick ends) do not keep another group
+// from being renewed within the same tick, even when that group is
+// dispatched after all of them and they outnumber the parallel slots. The
+// tick lasts an hour here, so only concurrency lets the fast group through.
+func TestTickSlowGroupsDoNotDelayOthers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		slow  int
+		grace time.Duration
+	}{
+		{"fewer than the slots", parallel - 1, time.Hour},
+		{"more than the slots", 3 * parallel, time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu         sync.Mutex
+				started    int
+				ended      int
+				allStarted = make(chan struct{})
+				fast       = make(chan struct{})
+				slowEnded  int
+			)
+			renew := func(ctx context.Context, g string, _ []string) error {
+				if g == "fast" {
+					// Renewed while every slow group hangs, not after.
+					select {
+					case <-allStarted:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+					mu.Lock()
+					slowEnded = ended
+					mu.Unlock()
+					close(fast)
+					return nil
+				}
+				mu.Lock()
+				if started++; started == tc.slow {
+					close(allStarted)
+				}
+				mu.Unlock()
+				<-ctx.Done()
+				mu.Lock()
+				ended++
+				mu.Unlock()
+				return ctx.Err()
+			}
+			w := New(time.Hour, 10, func(e string) string { return e }, renew, nil)
+			w.grace = tc.grace
+			for i := range tc.slow {
+				register(w, fmt.Sprintf("slow%d", i))
+			}
+			register(w, "fast")
+			defer w.Close()
+			w.behind = map[string]bool{"fast": true} // dispatched after every slow group
+
+			stop := runTick(w)
+			defer stop()
+			select {
+			case <-fast:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the fast group was not renewed while the slow ones hung")
+			}
+			if slowEnded != 0 {
+				t.Fatalf("the fast group was renewed only after %d slow groups gave up", slowEnded)
+			}
+		})
+	}
+}
+
+// TestTickDeadlineIsOneInterval: the whole tick shares one deadline, one
+// interval after it began, rather than one timeout per chunk.
+func TestTickDeadlineIsOneInterval(t *testing.T) {
+	const interval = time.Minute
+	var (
+		mu        sync.Mutex
+		deadlines []time.Time
+		last      time.Time // when the last renew was called
+	)
+	renew := func(ctx context.Context, _ string, _ []int) error {
+		d, ok := ctx.Deadline()
+		if !ok {
+			return errors.New("no deadline")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		deadlines = append(deadlines, d)
+		last = time.Now()
+		return nil
+	}
+	failed := make(chan error, 3)
+	w := New(interval, 1, func(int) string { return "g" }, renew, func(err error) { failed <- err })
+	defer w.Close()
+	w.parallel = 1 // chunks one after another: a per-chunk timeout would differ
+	register(w, 1, 2, 3)
+	before := time.Now()
+	w.tick(context.Background())
+	close(failed)
+	for err := range failed {
+		t.Fatal(err)
+	}
+	if len(deadlines) != 3 {
+		t.Fatalf("%d chunks renewed, want 3", len(deadlines))
+	}
+	for _, d := range deadlines {
+		if !d.Equal(deadlines[0]) {
+			t.Fatalf("chunks of one tick have deadlines %v", deadlines)
+		}
+	}
+	if d := deadlines[0]; d.Before(before.Add(interval)) || d.After(last.Add(interval)) {
+		t.Fatalf("deadline %v after the tick began, want %v", d.Sub(before), interval)
+	}
+}
+
+// TestTickStopsAtDeadline: a renewal that hangs ends with the tick and is
+// reported (a timeout is what tells the Client to look for a new master);
+// one cut short by Close is not.
+func TestTickStopsAtDeadline(t *testing.T) {
+	errs := make(chan error, 10)
+	cancelLoop := func() {}
+	renew := func(ctx context.Context, _ string, _ []int) error {
+		cancelLoop()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	w := New(20*time.Millisecond, 10, func(int) string { return "g" }, renew, func(err error) { errs <- err })
+	register(w, 1)
+
+	w.tick(context.Background())
+	select {
+	case err := <-errs:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("reported %v for a renewal that outlived its tick, want a deadline error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a renewal that outlived its tick was not reported")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelLoop = cancel
+	w.tick(ctx)
+	w.Close() // waits for the renewal
+	close(errs)
+	for err := range errs {
+		t.Errorf("reported %v for a renewal cut short by Close", err)
+	}
+}
+
+// TestTickDoesNotWaitPastDeadline: a renewal that ignores its ctx (go-redis
+// keeps reading until its ReadTimeout unless ContextTimeoutEnabled is set)
+// does not hold up the tick past its deadline, its group goes last at the
+// next tick, and Close waits for it.
+func TestTickDoesNotWaitPastDeadline(t *testing.T) {
+	release := make(chan struct{})
+	var returned atomic.Bool
+	renew := func(context.Context, string, []int) error {
+		<-release
+		returned.Store(true)
+		return nil
+	}
+	w := New(20*time.Millisecond, 10, func(int) string { return "g" }, renew, nil)
+	register(w, 1)
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		w.tick(context.Background())
+	}()
+	select {
+	case <-ticked:
+	case <-time.After(10 * time.Second):
+		t.Error("the tick waited for a renewal past its deadline")
+	}
+	close(release)
+	<-ticked
+	if !w.behind["g"] {
+		t.Error("a group whose renewal outlived the tick is not behind")
+	}
+	w.Close()
+	if !returned.Load() {
+		t.Error("Close returned before the renewal")
+	}
+}
+
+// TestTickLimitsConcurrency: no more than parallel chunks are renewed at
+// once while they answer within the grace period.
+func TestTickLimitsConcurrency(t *testing.T) {
+	var (
+		inflight, most atomic.Int32
+		gate           = make(chan struct{})
+	)
+	renew := func(ctx context.Context, _ string, _ []int) error {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w := New(time.Hour, 1, func(e int) string { return strconv.Itoa(e) }, renew, nil)
+	defer w.Close()
+	for e := range 3 * parallel {
+		register(w, e)
+	}
+	stop := runTick(w)
+	eventually(t, "the slots filled", func() bool { return inflight.Load() == parallel })
+	close(gate)
+	stop()
+	if m := most.Load(); m != parallel {
+		t.Fatalf("%d chunks renewed at once, want %d", m, parallel)
+	}
+}
+
+// TestRemoveDuringTickSkipsLaterChunks: an entry removed while a tick is
+// under way is not renewed by a later chunk of that tick (Redisson #7272:
+// the lock was released and may be taken again with a fixed lease, which a
+// renewal would stretch). One slot makes the chunks run one after another.
+func TestRemoveDuringTickSkipsLaterChunks(t *testing.T) {
+	var (
+		w      *Watchdog[int]
+		chunks [][]int
+	)
+	renew := func(_ context.Context, _ string, chunk []int) error {
+		if len(chunks) == 0 {
+			for e := range 3 {
+				if e != chunk[0] {
+					w.Remove(e)
+				}
+			}
+		}
+		chunks = append(chunks, slices.Clone(chunk))
+		return nil
+	}
+	w = New(time.Hour, 1, func(int) string { return "g" }, renew, nil)
+	defer w.Close()
+	w.parallel = 1
+	register(w, 0, 1, 2)
+	w.tick(context.Background())
+	if len(chunks) != 1 {
+		t.Fatalf("renewed chunks %v; the first one removed every other entry", chunks)
+	}
+}
+
+// TestTickRenewsFailedGroupsLast: a group whose renewal failed at the last
+// tick goes after the others, so that chunks stuck on a dead node are not
+// the first to take the slots again.
+func TestTickRenewsFailedGroupsLast(t *testing.T) {
+	var (
+		order []string
+		ticks int
+	)
+	renew := func(_ context.Context, g string, _ []string) error {
+		order = append(order, g)
+		if g == "bad" && ticks == 0 {
+			return errors.New("node down")
+		}
+		return nil
+	}
+	w := New(time.Hour, 10, func(e string) string { return e }, renew, nil)
+	defer w.Close()
+	w.parallel = 1
+	register(w, "bad")
+	for i := range 10 {
+		register(w, fmt.Sprintf("good%d", i))
+	}
+	w.tick(context.Background())
+	ticks++
+	if !w.behind["bad"] || len(w.behind) != 1 {
+		t.Fatalf("groups behind after the first tick: %v, want bad", w.behind)
+	}
+	order = order[:0]
+	w.tick(context.Background())
+	if len(order) != 11 || order[10] != "bad" {
+		t.Fatalf("second tick renewed %v, want bad last", order)
+	}
+	if len(w.behind) != 0 {
+		t.Fatalf("groups behind after a tick without failures: %v", w.behind)
 	}
 }
