@@ -16,6 +16,23 @@
 //	defer m.Unlock(lockCtx)
 //	doWork(lockCtx) // lockCtx is cancelled if the lock is lost
 //
+// # Lock kinds
+//
+// All kinds share one engine for acquiring, waiting, renewing, lock
+// contexts and fencing, and the methods Lock, TryLock, Unlock, ForceUnlock,
+// IsLocked, HoldCount, TTL and Name:
+//
+//   - Mutex (Client.NewMutex): reentrant, Redisson RLock.
+//   - FairMutex (Client.NewFairMutex): first come, first served across
+//     processes, Redisson FairLock.
+//   - RWMutex (Client.NewRWMutex): many readers or one writer, Redisson
+//     ReadWriteLock; ReadLock and WriteLock are its two halves.
+//   - MultiLock (NewMultiLock): several locks, all or nothing.
+//   - RedLock (NewRedLock): one lock on a majority of independent servers.
+//
+// A Client works on a plain, Sentinel (failover) or Cluster go-redis client;
+// on a Redis 7 cluster, unlock messages use sharded pub/sub.
+//
 // # Ownership
 //
 // Go has no thread id, so ownership travels in the lock context that Lock
