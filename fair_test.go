@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,46 +199,8 @@ func TestFairGrantOrder(t *testing.T) {
 func TestFairMutualExclusion(t *testing.T) {
 	name := lockName(t)
 	noChannelsLeft(t, name)
-	rdb := newRedis(t)
-	counter := name + ":counter"
-	const clients, workers, total = 2, 4, 400
-	var wg sync.WaitGroup
-	var inside, overlaps atomic.Int32
-	for range clients {
-		m := mustFair(t, newClient(t, nil), name)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx := context.Background()
-				for range total / (clients * workers) {
-					l, err := m.Lock(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					n, _ := rdb.Get(ctx, counter).Int()
-					rdb.Set(ctx, counter, n+1, 0)
-					inside.Add(-1)
-					if err := m.Unlock(l); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if n, _ := rdb.Get(context.Background(), counter).Int(); n != total {
-		t.Errorf("counter = %d, want %d", n, total)
-	}
-	if overlaps.Load() != 0 {
-		t.Errorf("%d overlapping holds seen", overlaps.Load())
-	}
-	if q := fairQueue(t, rdb, name); len(q) != 0 {
+	checkMutualExclusion(t, name, 2, 4, 400, func(c *Client) Locker { return mustFair(t, c, name) })
+	if q := fairQueue(t, newRedis(t), name); len(q) != 0 {
 		t.Errorf("queue left: %v", q)
 	}
 }
@@ -630,15 +591,7 @@ func TestFairFencing(t *testing.T) {
 	noChannelsLeft(t, name)
 	a := mustFair(t, newClient(t, nil), name, WithFencing())
 	b := mustFair(t, newClient(t, nil), name, WithFencing())
-	var last int64
-	next := func(l context.Context) {
-		t.Helper()
-		tok, ok := Token(l)
-		if !ok || tok <= last {
-			t.Fatalf("token %d (ok %v) after %d: not strictly increasing", tok, ok, last)
-		}
-		last = tok
-	}
+	next, last := tokenChecker(t)
 	for range 3 {
 		la := mustLock(t, ctx, a)
 		next(la)
@@ -654,8 +607,8 @@ func TestFairFencing(t *testing.T) {
 		next(lb)
 		_ = b.Unlock(lb)
 	}
-	if v, _ := a.c.rdb.Get(ctx, prefixName(tokenPrefix, name)).Int64(); v != last {
-		t.Errorf("token key = %d, want %d", v, last)
+	if v, _ := a.c.rdb.Get(ctx, prefixName(tokenPrefix, name)).Int64(); v != last() {
+		t.Errorf("token key = %d, want %d", v, last())
 	}
 }
 

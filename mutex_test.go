@@ -5,55 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // TestMutualExclusion: 8 goroutines on each of 2 Clients increment a Redis
-// counter with a non-atomic GET then SET under the lock. Any overlap of two
-// holders loses an increment.
+// counter with a non-atomic GET then SET under the lock, 2,000 times in all.
 func TestMutualExclusion(t *testing.T) {
 	name := lockName(t)
-	rdb := newRedis(t)
-	counter := name + ":counter"
-	const clients, workers, total = 2, 8, 2000
-	var wg sync.WaitGroup
-	var inside, overlaps atomic.Int32
-	for range clients {
-		m := mustMutex(t, newClient(t, nil), name)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx := context.Background()
-				for range total / (clients * workers) {
-					lctx, err := m.Lock(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					n, _ := rdb.Get(ctx, counter).Int()
-					rdb.Set(ctx, counter, n+1, 0)
-					inside.Add(-1)
-					if err := m.Unlock(lctx); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if n, _ := rdb.Get(context.Background(), counter).Int(); n != total {
-		t.Errorf("counter = %d, want %d", n, total)
-	}
-	if overlaps.Load() != 0 {
-		t.Errorf("%d overlapping holds seen", overlaps.Load())
-	}
+	checkMutualExclusion(t, name, 2, 8, 2000, func(c *Client) Locker { return mustMutex(t, c, name) })
 }
 
 func TestReentrancy(t *testing.T) {
@@ -413,15 +373,7 @@ func TestFencingTokens(t *testing.T) {
 	a := mustMutex(t, newClient(t, nil), name, WithFencing())
 	b := mustMutex(t, newClient(t, nil), name, WithFencing())
 	plain := mustMutex(t, newClient(t, nil), name)
-	var last int64
-	next := func(l context.Context) {
-		t.Helper()
-		tok, ok := Token(l)
-		if !ok || tok <= last {
-			t.Fatalf("token %d (ok %v) after %d: not strictly increasing", tok, ok, last)
-		}
-		last = tok
-	}
+	next, last := tokenChecker(t)
 	for range 3 {
 		la := mustLock(t, ctx, a)
 		next(la)
@@ -438,8 +390,8 @@ func TestFencingTokens(t *testing.T) {
 		t.Error("an unfenced lock context has a token")
 	}
 	_ = plain.Unlock(lp)
-	if v, _ := a.c.rdb.Get(ctx, "redisson_lock_token:{"+name+"}").Int64(); v != last {
-		t.Errorf("token key = %d, want %d", v, last)
+	if v, _ := a.c.rdb.Get(ctx, "redisson_lock_token:{"+name+"}").Int64(); v != last() {
+		t.Errorf("token key = %d, want %d", v, last())
 	}
 }
 

@@ -442,15 +442,7 @@ func TestRWFencing(t *testing.T) {
 	noChannelsLeft(t, name)
 	a := mustRW(t, newClient(t, nil), name, WithFencing())
 	b := mustRW(t, newClient(t, nil), name, WithFencing())
-	var last int64
-	next := func(l context.Context) {
-		t.Helper()
-		tok, ok := Token(l)
-		if !ok || tok <= last {
-			t.Fatalf("token %d (ok %v) after %d: not strictly increasing", tok, ok, last)
-		}
-		last = tok
-	}
+	next, last := tokenChecker(t)
 	for range 2 {
 		w := mustLock(t, ctx, a.WriteLock())
 		next(w)
@@ -462,8 +454,8 @@ func TestRWFencing(t *testing.T) {
 		_ = a.ReadLock().Unlock(r)
 		_ = b.ReadLock().Unlock(r2)
 	}
-	if v := a.read.c.rdb.Get(ctx, prefixName(tokenPrefix, name)).Val(); v != fmt.Sprint(last) {
-		t.Errorf("token key = %s, want %d", v, last)
+	if v := a.read.c.rdb.Get(ctx, prefixName(tokenPrefix, name)).Val(); v != fmt.Sprint(last()) {
+		t.Errorf("token key = %s, want %d", v, last())
 	}
 }
 
