@@ -1,9 +1,13 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +125,55 @@ func TestMinimalACL(t *testing.T) {
 		t.Error("a permission error must not look like a busy lock")
 	}
 	t.Log(err)
+}
+
+// TestSubscriptionRefusedIsLogged: a user that may lock but not subscribe
+// (no channel permission) still gets the lock, at the holder's TTL, and
+// the Client says why it waited that long.
+func TestSubscriptionRefusedIsLogged(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t)
+	user := "dlock-acl-nochan"
+	acl := slices.Clone(minimalACL)
+	acl = slices.DeleteFunc(acl, func(a any) bool { s, _ := a.(string); return strings.HasPrefix(s, "&") })
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, acl...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(ctx, "ACL", "DELUSER", user) })
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer rdb.Close()
+	var logs syncBuf
+	c := newClient(t, rdb, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	name := "app:" + lockName(t)
+	holder := mustMutex(t, newClient(t, nil), name, WithLease(300*time.Millisecond))
+	mustLock(t, ctx, holder) // never unlocked: it expires
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m := mustMutex(t, c, name)
+	l, err := m.Lock(wctx)
+	if err != nil {
+		t.Fatalf("waiter without channel permission: %v", err)
+	}
+	_ = m.Unlock(l)
+	if !strings.Contains(logs.String(), "subscription refused") || !strings.Contains(logs.String(), "NOPERM") {
+		t.Errorf("nothing logged about the refused subscription: %q", logs.String())
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for concurrent writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

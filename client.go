@@ -82,6 +82,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		holds:   map[holdKey]*hold{},
 	}
 	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
+	c.hub.OnError = func(err error) {
+		c.cfg.logger.Warn("dlock: subscription refused; waiters wake at the lock's TTL instead", "error", err)
+	}
 	// Each tick of the watchdog ends by the next one: a master that
 	// stopped answering must not hold up the renewals bound for the
 	// others, nor the next try once the cluster or Sentinel has replaced

@@ -56,6 +56,12 @@ type Hub struct {
 	shardOf func(channel string) string
 	refresh func(ctx context.Context)
 
+	// OnError, if set before first use, hears of error replies to
+	// subscriptions that the hub cannot repair itself, such as a NOPERM
+	// for a channel the ACL does not allow: the waiters then fall back to
+	// waking at the lock's TTL.
+	OnError func(error)
+
 	mu       sync.Mutex
 	shards   map[string]*shard
 	channels map[string]*channel
@@ -329,6 +335,9 @@ func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries i
 			if h.sharded {
 				h.reopen(s)
 				return
+			}
+			if h.OnError != nil {
+				h.OnError(err)
 			}
 		case errors.As(err, &nerr) && nerr.Timeout():
 			if pinged {
