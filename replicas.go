@@ -251,15 +251,3 @@ func errCmd(ctx context.Context, err error) *redis.Cmd {
 	cmd.SetErr(err)
 	return cmd
 }
-
-// sleepCtx pauses for d unless ctx ends first; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
