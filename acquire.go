@@ -56,6 +56,16 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 			}
 			h.abandon(ctx, req)
 			return nil, fmt.Errorf("dlock: lock %q: %w", h.name, err)
+		case res.acquired && time.Since(start) >= validity(h.kind, lease):
+			// The answer came after the lease it set had run out on our
+			// clock (a long outage, a command re-sent after a restart and
+			// answered from its latch): the lock may be someone else's by
+			// now. Give it back and try again.
+			h.giveBack(ctx, req)
+			if try {
+				return nil, notObtained(h.name, errLateReply)
+			}
+			continue
 		case res.acquired:
 			if w != nil {
 				w.Close(true)
@@ -110,6 +120,9 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 		}
 	}
 }
+
+// errLateReply says why an acquisition was not kept.
+var errLateReply = errors.New("the reply came after the lease had run out")
 
 // notObtained is the error for an attempt that found the lock held; reason
 // is the kind's detail, if any.

@@ -178,3 +178,32 @@ func TestBadCallsReturnErrors(t *testing.T) {
 		t.Errorf("New(typed nil): %v", err)
 	}
 }
+
+// TestLateReplyIsNotAHold: the acquire script runs, but its reply comes
+// back only after the lease it set has run out on the client's clock (here
+// the server holds writes for 300 ms; a lease of 100 ms). Such a hold is
+// worth nothing: Lock gives it back and tries again, and returns a lock
+// context that is live, not one cancelled on arrival.
+func TestLateReplyIsNotAHold(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t)
+	m := mustMutex(t, newClient(t, nil), lockName(t), WithLease(100*time.Millisecond))
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "300", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select { // a fresh 100 ms lease: live for a while yet
+	case <-l.Done():
+		t.Fatalf("Lock returned a lock context that ended at once: %v", context.Cause(l))
+	case <-time.After(40 * time.Millisecond):
+	}
+	if n, _ := m.HoldCount(l); n != 1 {
+		t.Errorf("hold count %d, want 1", n)
+	}
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
