@@ -219,6 +219,13 @@ func checkClean(t *testing.T, srv *redistest.Server, name string) {
 	rdb := srv.Client()
 	defer rdb.Close()
 	ctx := context.Background()
+	// A server restarted by the last fault may still be loading its data.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := rdb.Ping(ctx).Err()
+		if err == nil || !redis.IsLoadingError(err) || time.Now().After(deadline) {
+			break
+		}
+	}
 	ch := "redisson_lock__channel:{" + name + "}"
 	if n, err := rdb.PubSubNumSub(ctx, ch).Result(); err != nil || n[ch] != 0 {
 		t.Errorf("subscribers left on %s: %v %v", ch, n, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -145,8 +146,16 @@ func runWorker(cfgJSON string) error {
 				h := history.Hold{Acquired: history.Now()}
 				h.Wait = h.Acquired - start
 				h.Owner, h.Token = ownerOf(lctx), tokenOf(lctx)
+				// A holder's belief ends when it is told the lock is gone
+				// (its lock context ends), unless it ignores that.
+				var told atomic.Int64
+				stopTold := context.AfterFunc(lctx, func() { told.Store(history.Now()) })
 				inc, rejected := critical(lctx, resRdb, cfg, h.Token)
 				h.Released = history.Now()
+				stopTold()
+				if at := told.Load(); at != 0 && at < h.Released && !cfg.IgnoreLost {
+					h.Released = at
+				}
 				if err := m.Unlock(lctx); err != nil {
 					h.Lost = true
 					count(func(r *workerResult) {
