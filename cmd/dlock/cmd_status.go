@@ -53,21 +53,11 @@ func (c *cli) statusCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	name := a.name
-	s, err := openSession(a.eps)
+	s, states, err := openAndInspect(ctx, "status", a.eps, name)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.validName("status", name); err != nil {
-		return err
-	}
-	if err := s.ping(ctx); err != nil {
-		return err
-	}
-	states, err := inspectAll(ctx, s, name)
-	if err != nil {
-		return err
-	}
 	if len(states) == 1 {
 		if a.asJSON {
 			return writeJSON(c.stdout, states[0])
@@ -95,6 +85,29 @@ func (c *cli) statusCmd(ctx context.Context, args []string) error {
 		printStatus(c.stdout, st)
 	}
 	return nil
+}
+
+// openAndInspect connects to the servers, checks the name and reads the
+// lock on each; the caller closes the session.
+func openAndInspect(ctx context.Context, cmd string, eps []endpoint, name string) (*session, []lockState, error) {
+	s, err := openSession(eps)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.validName(cmd, name); err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	if err := s.ping(ctx); err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	states, err := inspectAll(ctx, s, name)
+	if err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	return s, states, nil
 }
 
 // inspectAll reads lock name on every server of the session.

@@ -57,21 +57,11 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	name := a.name
-	s, err := openSession(a.eps)
+	s, states, err := openAndInspect(ctx, "unlock", a.eps, name)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.validName("unlock", name); err != nil {
-		return err
-	}
-	if err := s.ping(ctx); err != nil {
-		return err
-	}
-	states, err := inspectAll(ctx, s, name)
-	if err != nil {
-		return err
-	}
 	// On several servers (RedLock) the first that has the lock describes
 	// it.
 	st := states[0]
