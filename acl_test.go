@@ -57,14 +57,7 @@ func TestMinimalACL(t *testing.T) {
 	if _, err := holder.TTL(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiter.Lock(ctx)
-		if err == nil {
-			err = waiter.Unlock(wl)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, waiter)
 	ch := prefixName(channelPrefix, name)
 	eventually(t, 5*time.Second, func() error { // NUMSUB as admin: the user may not run it
 		if n, err := admin.PubSubNumSub(ctx, ch).Result(); err != nil || n[ch] == 0 || wc.hub.Waiters(ch) == 0 {

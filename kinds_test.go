@@ -67,3 +67,17 @@ func tokenChecker(t *testing.T) (next func(context.Context), last func() int64) 
 	}
 	return next, func() int64 { return prev }
 }
+
+// lockAndUnlock locks l in a new goroutine (a new owner), unlocks it at
+// once, and sends the first error, or nil, on the channel it returns.
+func lockAndUnlock(ctx context.Context, l Locker) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		lctx, err := l.Lock(ctx)
+		if err == nil {
+			err = l.Unlock(lctx)
+		}
+		got <- err
+	}()
+	return got
+}

@@ -285,14 +285,7 @@ func TestWaiterSurvivesPubSubKill(t *testing.T) {
 	wc := newClient(t, nil)
 	waiter := mustMutex(t, wc, name)
 	l := mustLock(t, ctx, holder)
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiter.Lock(ctx)
-		if err == nil {
-			err = waiter.Unlock(wl)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, waiter)
 	waitForWaiter(t, wc, name)
 	if err := wc.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
@@ -403,14 +396,7 @@ func TestForceUnlockWakesWaiter(t *testing.T) {
 	wc := newClient(t, nil)
 	waiter := mustMutex(t, wc, name)
 	l := mustLock(t, ctx, holder)
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiter.Lock(ctx)
-		if err == nil {
-			err = waiter.Unlock(wl)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, waiter)
 	waitForWaiter(t, wc, name)
 	if ok, err := waiter.ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("ForceUnlock = %v, %v", ok, err)

@@ -46,14 +46,7 @@ func TestTLS(t *testing.T) {
 	wc := newClient(t, rdb)
 	waiter := mustMutex(t, wc, "tls")
 	l := mustLock(t, ctx, holder)
-	got := make(chan error, 1)
-	go func() {
-		wl, err := waiter.Lock(ctx)
-		if err == nil {
-			err = waiter.Unlock(wl)
-		}
-		got <- err
-	}()
+	got := lockAndUnlock(ctx, waiter)
 	waitForWaiter(t, wc, "tls")
 	if err := holder.Unlock(l); err != nil {
 		t.Fatal(err)
