@@ -1,0 +1,210 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
+)
+
+// latchChannelPrefix names a latch's channel: Redisson writes it as
+// "redisson_countdownlatch__channel__{" + name + "}", braces always.
+const latchChannelPrefix = "redisson_countdownlatch__channel__"
+
+// CountDownLatch is a count-down latch in Redis with Redisson's
+// RCountDownLatch layout: the key name holds the count as a decimal
+// integer; the latch is open when the key is missing or holds 0. Setting a
+// count publishes 1 and the count reaching 0 publishes 0 on
+// redisson_countdownlatch__channel__{name}, so Go and Java (Redisson)
+// processes can share one.
+//
+// A CountDownLatch is safe for concurrent use; its methods fail with
+// ErrClosed once its Client is closed.
+type CountDownLatch struct {
+	c       *Client
+	name    string
+	channel string
+}
+
+// NewCountDownLatch returns the latch called name. It does not touch Redis:
+// a latch that was never set is open. The name follows the rules of lock
+// names (ErrInvalidName); on a cluster it may not contain a hash tag, since
+// Redisson's channel for it would lie in another slot.
+func (c *Client) NewCountDownLatch(name string) (*CountDownLatch, error) {
+	if err := newSync(c, name); err != nil {
+		return nil, err
+	}
+	channel := latchChannelPrefix + "{" + name + "}"
+	if c.cluster && slot(channel) != slot(name) {
+		return nil, fmt.Errorf("%w: %q: Redisson's latch channel %q would fall in another cluster slot; use a name without braces", ErrInvalidName, name, channel)
+	}
+	return &CountDownLatch{c: c, name: name, channel: channel}, nil
+}
+
+// Name returns the latch's name, which is also its Redis key.
+func (l *CountDownLatch) Name() string { return l.name }
+
+func (l *CountDownLatch) check(ctx context.Context) error {
+	if l == nil {
+		return syncCheck(nil, ctx, "CountDownLatch")
+	}
+	return syncCheck(l.c, ctx, "CountDownLatch")
+}
+
+// TrySetCount closes the latch with count n (n > 0) if it is open (its key
+// does not exist), and reports whether it did.
+func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
+	if n <= 0 {
+		return false, fmt.Errorf("%w: latch %q: count %d: the count must be positive", ErrInvalidOption, l.name, n)
+	}
+	set, err := runScript(ctx, l.c, scripts.LatchTrySet, []string{l.name, l.channel}, n, l.c.publish).Int()
+	if err != nil {
+		return false, fmt.Errorf("dlock: latch %q: set count: %w", l.name, err)
+	}
+	return set == 1, nil
+}
+
+// CountDown decrements the count; at 0 the latch opens (its key is
+// deleted) and every Await returns. On an open latch it does nothing. It
+// returns the count left.
+func (l *CountDownLatch) CountDown(ctx context.Context) (int, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, err
+	}
+	// Not cut short by ctx: a count-down the caller believes failed must
+	// not have happened.
+	n, err := runScript(context.WithoutCancel(ctx), l.c, scripts.LatchCountDown, []string{l.name, l.channel}, l.c.publish).Int()
+	if err != nil {
+		return 0, fmt.Errorf("dlock: latch %q: count down: %w", l.name, err)
+	}
+	return n, nil
+}
+
+// Count returns the current count: 0 when the latch is open.
+func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, err
+	}
+	return l.count(ctx)
+}
+
+func (l *CountDownLatch) count(ctx context.Context) (int, error) {
+	n, err := l.c.rdb.Get(ctx, l.name).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("dlock: latch %q: count: %w", l.name, err)
+	}
+	return max(n, 0), nil
+}
+
+// Await waits until the latch is open (its count is 0), as long as ctx
+// allows; it returns at once on an open latch. Waiting is push: Redisson's
+// zero message wakes every waiter of every Client, and a waiter also looks
+// at the count on any other message and at least every second, so a lost
+// message costs a second, never a hang (Redisson would wait forever). When
+// ctx ends first the error wraps ctx.Err().
+func (l *CountDownLatch) Await(ctx context.Context) error {
+	if err := l.check(ctx); err != nil {
+		return err
+	}
+	// The hub hands a zero message to one waiter of the channel: the
+	// Client's waiters on the latch share a gate, which the first of them
+	// to see the latch open opens for the others.
+	g := enterGate(l.c, l.name)
+	defer leaveGate(l.c, l.name, g)
+	err := wait(ctx, l.c, l.channel, g.open, func() (bool, time.Duration, error) {
+		select {
+		case <-g.open:
+			return true, 0, nil
+		default:
+		}
+		n, err := l.count(ctx)
+		if err != nil {
+			if doneErr(ctx) != nil {
+				return false, 0, nil // wait returns ctx's error
+			}
+			return false, 0, err
+		}
+		if n == 0 {
+			g.openOnce()
+			return true, 0, nil
+		}
+		return false, 0, nil
+	})
+	if errors.Is(err, errGaveUp) {
+		return fmt.Errorf("dlock: latch %q: await: %w", l.name, doneErr(ctx))
+	}
+	return err
+}
+
+// Delete deletes the latch, which opens it, and publishes 1 as Redisson
+// does (a Redisson waiter then goes on waiting; a dlock waiter returns, the
+// latch being open). It reports whether there was a count to delete.
+func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
+	n, err := runScript(ctx, l.c, scripts.LatchDelete, []string{l.name, l.channel}, l.c.publish).Int()
+	if err != nil {
+		return false, fmt.Errorf("dlock: latch %q: delete: %w", l.name, err)
+	}
+	return n == 1, nil
+}
+
+// gate is what the waiters of one latch on one Client share: open is
+// closed once one of them saw the latch open.
+type gate struct {
+	open    chan struct{}
+	once    sync.Once
+	waiters int
+}
+
+func (g *gate) openOnce() { g.once.Do(func() { close(g.open) }) }
+
+type gateKey struct {
+	c    *Client
+	name string
+}
+
+var gates = struct {
+	sync.Mutex
+	m map[gateKey]*gate
+}{m: map[gateKey]*gate{}}
+
+// enterGate returns the gate of the latch's current waiters on c. A gate
+// that was opened is not handed out again: the latch may have been closed
+// since.
+func enterGate(c *Client, name string) *gate {
+	gates.Lock()
+	defer gates.Unlock()
+	k := gateKey{c, name}
+	g := gates.m[k]
+	if g != nil {
+		select {
+		case <-g.open:
+			g = nil
+		default:
+		}
+	}
+	if g == nil {
+		g = &gate{open: make(chan struct{})}
+		gates.m[k] = g
+	}
+	g.waiters++
+	return g
+}
+
+func leaveGate(c *Client, name string, g *gate) {
+	gates.Lock()
+	defer gates.Unlock()
+	k := gateKey{c, name}
+	if g.waiters--; g.waiters == 0 && gates.m[k] == g {
+		delete(gates.m, k)
+	}
+}

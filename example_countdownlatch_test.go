@@ -1,0 +1,43 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// A coordinator waits until 3 workers, anywhere, report ready.
+func ExampleCountDownLatch() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	ready, err := locks.NewCountDownLatch("example:workers-ready")
+	if err != nil {
+		panic(err)
+	}
+	if _, err := ready.TrySetCount(ctx, 3); err != nil {
+		panic(err)
+	}
+	for range 3 {
+		go func() {
+			// ... warm up ...
+			if _, err := ready.CountDown(ctx); err != nil {
+				fmt.Println(err)
+			}
+		}()
+	}
+	if err := ready.Await(ctx); err != nil { // until the count reaches 0
+		panic(err)
+	}
+	n, _ := ready.Count(ctx)
+	fmt.Println("all ready, count", n)
+	// Output: all ready, count 0
+}

@@ -1,0 +1,73 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// At most 2 of 5 jobs run at once across every process that shares the
+// semaphore.
+func ExampleSemaphore() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	sem, err := locks.NewSemaphore("example:exports")
+	if err != nil {
+		panic(err)
+	}
+	defer sem.Delete(ctx)
+	// The first process to start sets the permits; later ones find them set.
+	if _, err := sem.TrySetPermits(ctx, 2); err != nil {
+		panic(err)
+	}
+
+	var wg sync.WaitGroup
+	for job := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sem.Acquire(ctx, 1); err != nil { // waits for a permit
+				fmt.Println(job, err)
+				return
+			}
+			defer sem.Release(ctx, 1)
+			// ... run the export ...
+		}()
+	}
+	wg.Wait()
+	n, _ := sem.AvailablePermits(ctx)
+	fmt.Println("available:", n)
+	// Output: available: 2
+}
+
+func ExampleSemaphore_TryAcquire() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	sem, _ := locks.NewSemaphore("example:slots")
+	defer sem.Delete(ctx)
+
+	_ = sem.AddPermits(ctx, 3)
+	ok, _ := sem.TryAcquire(ctx, 2)
+	fmt.Println("took 2:", ok)
+	ok, _ = sem.TryAcquire(ctx, 2)
+	fmt.Println("took 2 more:", ok)
+	drained, _ := sem.DrainPermits(ctx)
+	fmt.Println("drained:", drained)
+	// Output:
+	// took 2: true
+	// took 2 more: false
+	// drained: 1
+}

@@ -1,0 +1,22 @@
+-- psem_acquire.lua: take one permit with id ARGV[4] that expires at
+-- ARGV[3] (Redisson RPermitExpirableSemaphore.tryAcquire for one permit).
+-- ARGV[5] is the no-expiry score 922337203685477. The zset takes the
+-- semaphore's TTL, if it has one.
+-- Returns 'OK' when taken; otherwise ':<score>' with the earliest expiry of
+-- a held permit, or nil when none expires (or none is held).
+reclaim(1)
+local value = redis.call('get', KEYS[1])
+if value ~= false and tonumber(value) >= 1 then
+  redis.call('decrby', KEYS[1], 1)
+  redis.call('zadd', KEYS[2], ARGV[3], ARGV[4])
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl > 0 then
+    redis.call('pexpire', KEYS[2], ttl)
+  end
+  return 'OK'
+end
+local v = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
+if v[1] ~= nil and v[2] ~= ARGV[5] then
+  return ':' .. tostring(v[2])
+end
+return nil

@@ -1,0 +1,204 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
+)
+
+// semChannelPrefix names a semaphore's channel: redisson_sc:{name}.
+const semChannelPrefix = "redisson_sc"
+
+// Semaphore is a counting semaphore in Redis with Redisson's RSemaphore
+// layout: the key name holds the number of available permits as a decimal
+// integer, and every operation that adds permits publishes the new count on
+// redisson_sc:{name} (SPUBLISH on a cluster with sharded pub/sub), so Go and
+// Java (Redisson) processes can share one.
+//
+// Permits have no owner and no lease: Release may be called by anyone, and
+// permits held by a process that dies are not given back. Use a
+// PermitSemaphore where a crashed holder's permit must come back.
+//
+// A Semaphore is safe for concurrent use; its methods fail with ErrClosed
+// once its Client is closed.
+type Semaphore struct {
+	c       *Client
+	name    string
+	channel string
+}
+
+// NewSemaphore returns the counting semaphore called name. It does not
+// touch Redis: a semaphore that was never set has no permits (see
+// TrySetPermits and AddPermits). The name follows the rules of lock names
+// (ErrInvalidName).
+func (c *Client) NewSemaphore(name string) (*Semaphore, error) {
+	if err := newSync(c, name); err != nil {
+		return nil, err
+	}
+	return &Semaphore{c: c, name: name, channel: prefixName(semChannelPrefix, name)}, nil
+}
+
+// Name returns the semaphore's name, which is also its Redis key.
+func (s *Semaphore) Name() string { return s.name }
+
+func (s *Semaphore) check(ctx context.Context) error {
+	if s == nil {
+		return syncCheck(nil, ctx, "Semaphore")
+	}
+	return syncCheck(s.c, ctx, "Semaphore")
+}
+
+// checkPermits rejects a permit count that is not positive.
+func checkPermits(what string, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("%w: %s %d permits: the count must be positive", ErrInvalidOption, what, n)
+	}
+	return nil
+}
+
+// TrySetPermits sets the number of available permits to n if the semaphore
+// has not been set yet (its key does not exist), and wakes waiters. It
+// reports whether it set them. n must not be negative.
+func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	if n < 0 {
+		return false, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
+	}
+	set, err := runScript(ctx, s.c, scripts.SemTrySet, []string{s.name, s.channel}, n, s.c.publish).Int()
+	if err != nil {
+		return false, fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, err)
+	}
+	return set == 1, nil
+}
+
+// AddPermits adds delta permits to the available ones (a negative delta
+// removes them; the count may go below zero, and Acquire then waits until
+// enough are released), creating the semaphore if needed, and wakes
+// waiters. A delta of 0 does nothing. As in Redisson, the semaphore loses
+// any TTL its key had.
+func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if delta == 0 {
+		return nil
+	}
+	if err := runScript(ctx, s.c, scripts.SemAdd, []string{s.name, s.channel}, delta, s.c.publish).Err(); err != nil {
+		return fmt.Errorf("dlock: semaphore %q: add %d permits: %w", s.name, delta, err)
+	}
+	return nil
+}
+
+// Acquire takes n permits (n > 0), waiting as long as ctx allows for n to
+// be available at once. Waiting is push: the waiter subscribes to the
+// semaphore's channel and tries again on each message, and at least every
+// second, so a lost message costs a second, never a hang. When ctx ends
+// first the error wraps ErrNotObtained and ctx.Err().
+//
+// An attempt that reached Redis is never cut short by ctx (its reply is
+// awaited, bounded by the Redis client's timeouts), so that permits are
+// never taken without the caller knowing; Acquire may therefore return one
+// round trip after ctx ends. Only a reply lost to a broken connection can
+// leave permits taken that nobody will release, as in Redisson.
+func (s *Semaphore) Acquire(ctx context.Context, n int) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": acquire", n); err != nil {
+		return err
+	}
+	err := wait(ctx, s.c, s.channel, nil, func() (bool, time.Duration, error) {
+		ok, err := s.try(ctx, n)
+		return ok, 0, err
+	})
+	if errors.Is(err, errGaveUp) {
+		return fmt.Errorf("%w: semaphore %q: %d permits: %w", ErrNotObtained, s.name, n, doneErr(ctx))
+	}
+	return err
+}
+
+// TryAcquire takes n permits (n > 0) if that many are available now, and
+// reports whether it did. It does not wait.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": try acquire", n); err != nil {
+		return false, err
+	}
+	return s.try(ctx, n)
+}
+
+// try runs the acquire script once, not cut short by ctx (see Acquire).
+func (s *Semaphore) try(ctx context.Context, n int) (bool, error) {
+	got, err := runScript(context.WithoutCancel(ctx), s.c, scripts.SemAcquire, []string{s.name}, n).Int()
+	if err != nil {
+		return false, fmt.Errorf("dlock: semaphore %q: acquire %d permits: %w", s.name, n, err)
+	}
+	return got == 1, nil
+}
+
+// Release gives back n permits (n > 0) and wakes waiters. As in Redisson
+// the count is not bounded: permits released that were not acquired add to
+// the available ones, which is how a semaphore is used to signal.
+func (s *Semaphore) Release(ctx context.Context, n int) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": release", n); err != nil {
+		return err
+	}
+	// Not cut short by ctx either: a release the caller believes failed
+	// must not have happened.
+	if err := runScript(context.WithoutCancel(ctx), s.c, scripts.SemRelease, []string{s.name, s.channel}, n, s.c.publish).Err(); err != nil {
+		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, n, err)
+	}
+	return nil
+}
+
+// AvailablePermits returns the number of available permits: 0 for a
+// semaphore that was never set, possibly negative after AddPermits.
+func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	n, err := s.c.rdb.Get(ctx, s.name).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("dlock: semaphore %q: available permits: %w", s.name, err)
+	}
+	return n, nil
+}
+
+// DrainPermits takes every available permit and returns how many there
+// were (0 for a semaphore that was never set).
+func (s *Semaphore) DrainPermits(ctx context.Context) (int, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	n, err := runScript(context.WithoutCancel(ctx), s.c, scripts.SemDrain, []string{s.name}).Int()
+	if err != nil {
+		return 0, fmt.Errorf("dlock: semaphore %q: drain permits: %w", s.name, err)
+	}
+	return n, nil
+}
+
+// Delete deletes the semaphore, as Redisson's delete does: without a
+// message, so waiters find out at their next try. It reports whether there
+// was one.
+func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	n, err := s.c.rdb.Del(ctx, s.name).Result()
+	if err != nil {
+		return false, fmt.Errorf("dlock: semaphore %q: delete: %w", s.name, err)
+	}
+	return n == 1, nil
+}
