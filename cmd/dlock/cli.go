@@ -16,21 +16,28 @@ import (
 const usage = `dlock: distributed locks on Redis, Redisson-compatible, from the command line.
 
 Usage:
-  dlock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding lock NAME
-  dlock status [flags] NAME                     show who holds NAME: kind, holders, TTL, queue, token
-  dlock list [flags] [PATTERN]                  list the locks whose name matches PATTERN (default *)
-  dlock unlock --force [--yes] [flags] NAME     delete lock NAME whoever holds it
-  dlock demo [flags]                            a live demo on a throwaway redis-server
-  dlock version [--json]                        print version information
-  dlock help [COMMAND]                          show the help of COMMAND
+  dlock run [flags] NAME COMMAND [ARGS...]   run COMMAND while holding lock NAME
+  dlock run [flags] NAME -c 'SHELL COMMAND'  the same, through sh -c
+  dlock hold [flags] NAME                    hold lock NAME until interrupted; print its env
+  dlock status [flags] NAME                  show who holds NAME: kind, holders, TTL, queue, token
+  dlock list [flags] [PATTERN]               list the locks whose name matches PATTERN (default *)
+  dlock unlock --force [--yes] [flags] NAME  delete lock NAME whoever holds it
+  dlock demo [flags]                         a live demo on a throwaway redis-server
+  dlock version [--json]                     print version information (also --version, -V)
+  dlock help [COMMAND | TOPIC]               show the help of COMMAND, or of TOPIC:
+    connection   --redis URL forms, $DLOCK_REDIS_URL and $REDIS_URL, Cluster,
+                 Sentinel, RedLock over several servers
+    exit-codes   what dlock's exit status means
 
-` + connectionHelp + `
-` + exitHelp
+Connection: --redis URL, else $DLOCK_REDIS_URL, else $REDIS_URL, else
+redis://127.0.0.1:6379; see "dlock help connection".
+`
 
-// connectionHelp describes --redis; every command that talks to Redis
-// shows it.
+// connectionHelp is "dlock help connection": how every command that talks
+// to Redis finds it.
 const connectionHelp = `Connection:
-  --redis URL     the Redis deployment; default $DLOCK_REDIS_URL, else redis://127.0.0.1:6379
+  --redis URL     the Redis deployment; default $DLOCK_REDIS_URL, else $REDIS_URL,
+                  else redis://127.0.0.1:6379
     redis://[user:password@]host:port[/db]     one server; rediss:// for TLS, unix:///path.sock
     host:port                                  short for redis://host:port
     redis://host:port?addr=host2:port2&...     Redis Cluster: seed addresses (go-redis
@@ -40,26 +47,46 @@ const connectionHelp = `Connection:
                                                and addr= are sentinels, user:password@ logs in
                                                to them, password= to the master
     Other query parameters set go-redis options (dial_timeout=3s, ...). A password never
-    appears in dlock's output: URLs are printed with it masked.
+    appears in dlock's output: URLs are printed with it masked. Percent-encode reserved
+    characters (/ # ? @ %) in a user name or password.
   --redis given 3, 5, ... times (or as many URLs in DLOCK_REDIS_URL, separated by
-    spaces) names independent servers: dlock run takes a RedLock over them (a mutex
-    held while a majority hold it); status and list show each server.
+    spaces) names independent servers: dlock run and hold take a RedLock over them (a
+    mutex held while a majority hold it); status and list show each server.
 `
 
-// exitHelp documents every exit code; codes.go defines them.
+// exitHelp is "dlock help exit-codes"; codes.go defines the codes.
 const exitHelp = `Exit status:
   0      success
   1      error: a Redis command failed, or the user declined a prompt
-  2      usage: unknown command or flag, bad argument, bad URL
-  3      the lock was not obtained within --wait
+  2      usage: unknown command or flag, bad argument, bad URL (or a database the
+         server does not have)
+  3      the lock was not obtained: held by another owner with -n, or not within
+         --wait; run and hold take another status with -E N (--conflict-exit-code)
   4      Redis unreachable: connection refused, timeout, DNS, TLS
   5      Redis refused the credentials (wrong user or password, missing ACL permission)
-  6      run: the lock was lost while COMMAND ran; COMMAND was stopped
+  6      run, hold: the lock was lost (run stopped COMMAND)
   126    run: COMMAND could not be executed
   127    run: COMMAND was not found
   128+N  run: COMMAND was killed by signal N, or dlock by signal N while waiting
   other  run: COMMAND's own exit status
+
+dlock run exits with COMMAND's status, so a COMMAND that can itself exit 1 to 6
+is ambiguous: give -E a status COMMAND never uses to tell "lock not obtained"
+apart (as with flock -E), and read dlock's own messages on stderr, which start
+with "dlock:".
 `
+
+// seeHelp ends the usage text of every command that talks to Redis, in
+// place of the connection and exit status help.
+const seeHelp = `More: "dlock help connection" (--redis URL forms, $DLOCK_REDIS_URL, $REDIS_URL),
+"dlock help exit-codes" (what each exit status means).
+`
+
+// topics are the help pages that are not commands.
+var topics = map[string]string{
+	"connection": connectionHelp,
+	"exit-codes": exitHelp,
+}
 
 // cli is one invocation of dlock: its standard streams and environment.
 // Tests build one to feed stdin or an environment.
@@ -80,6 +107,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", runUsage, (*cli).runCmd},
+		{"hold", holdUsage, (*cli).holdCmd},
 		{"status", statusUsage, (*cli).statusCmd},
 		{"list", listUsage, (*cli).listCmd},
 		{"unlock", unlockUsage, (*cli).unlockCmd},
@@ -111,6 +139,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	switch name {
 	case "help", "-h", "-help", "--help":
 		return c.help(rest)
+	case "--version", "-version", "-V":
+		return c.versionCmd(ctx, rest)
 	}
 	for _, cmd := range commands() {
 		if cmd.name == name {
@@ -126,13 +156,17 @@ func (c *cli) help(args []string) error {
 		fmt.Fprint(c.stdout, usage)
 		return nil
 	}
+	if text, ok := topics[args[0]]; ok {
+		fmt.Fprint(c.stdout, text)
+		return nil
+	}
 	for _, cmd := range commands() {
 		if cmd.name == args[0] {
 			fmt.Fprint(c.stdout, cmd.usage)
 			return nil
 		}
 	}
-	return usageError("unknown command %q; run \"dlock help\"", args[0])
+	return usageError("unknown command or help topic %q; run \"dlock help\"", args[0])
 }
 
 // report prints err, if any, as one line on stderr and returns the exit
@@ -176,14 +210,8 @@ func (c *cli) parse(fs *flag.FlagSet, help string, args []string) ([]string, err
 	}
 	var pos []string
 	for {
-		err := fs.Parse(args)
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(c.stdout, help)
-			return nil, errHelp
-		}
-		if err != nil {
-			cmd := strings.TrimPrefix(fs.Name(), "dlock ")
-			return nil, usageError("%s: %v; run \"dlock help %s\"", cmd, err, cmd)
+		if err := c.parseFlags(fs, help, args); err != nil {
+			return nil, err
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -195,4 +223,20 @@ func (c *cli) parse(fs *flag.FlagSet, help string, args []string) ([]string, err
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// parseFlags parses the flags at the start of args with fs; fs.Args()
+// then holds the rest, after a "--" that ended the flags. -h prints help
+// and returns errHelp.
+func (c *cli) parseFlags(fs *flag.FlagSet, help string, args []string) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(c.stdout, help)
+		return errHelp
+	}
+	if err != nil {
+		cmd := strings.TrimPrefix(fs.Name(), "dlock ")
+		return usageError("%s: %v; run \"dlock help %s\"", cmd, err, cmd)
+	}
+	return nil
 }

@@ -18,11 +18,25 @@ func TestBadArguments(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"frobnicate"}, `dlock: unknown command "frobnicate"; run "dlock help"`},
-		{[]string{"help", "frobnicate"}, `dlock: unknown command "frobnicate"`},
+		{[]string{"help", "frobnicate"}, `dlock: unknown command or help topic "frobnicate"`},
 		{[]string{"run"}, "dlock: run: missing lock NAME"},
-		{[]string{"run", "x"}, `dlock: run: missing "--" before COMMAND`},
-		{[]string{"run", "x", "--"}, `dlock: run: missing COMMAND after "--"`},
-		{[]string{"run", "a", "b", "--", "true"}, `dlock: run: one lock NAME expected, got 2 arguments before "--"`},
+		{[]string{"run", "x"}, `dlock: run: missing COMMAND after NAME "x"`},
+		{[]string{"run", "x", "--"}, `dlock: run: missing COMMAND after NAME "x"`},
+		{[]string{"run", "x", "--wait", "1s", "--", "true"}, `dlock: run: --wait after NAME "x": flags go before NAME`},
+		{[]string{"run", "x", "-v", "true"}, `dlock: run: -v after NAME "x": flags go before NAME`},
+		{[]string{"run", "x", "-c"}, "dlock: run: -c takes one argument, the shell command; got 0"},
+		{[]string{"run", "x", "-c", "true", "extra"}, "dlock: run: -c takes one argument, the shell command; got 2"},
+		{[]string{"run", "-c", "true", "x", "-c", "true"}, "dlock: run: -c given twice"},
+		{[]string{"run", "-c", "true", "x", "echo"}, `dlock: run: both -c and COMMAND given ("echo")`},
+		{[]string{"run", "-n", "-w", "1s", "x", "true"}, "dlock: run: -n (--nonblock) and -w (--wait) cannot be combined"},
+		{[]string{"run", "-E", "256", "x", "true"}, "dlock: run: --conflict-exit-code 256 is outside 0..255"},
+		{[]string{"run", "-E", "x", "y", "true"}, `dlock: run: invalid value "x" for flag -E`},
+		{[]string{"hold"}, "dlock: hold: one lock NAME expected, got 0 arguments"},
+		{[]string{"hold", "a", "b"}, "dlock: hold: one lock NAME expected, got 2 arguments"},
+		{[]string{"hold", "-n", "--wait", "1s", "x"}, "dlock: hold: -n (--nonblock) and -w (--wait) cannot be combined"},
+		{[]string{"hold", "--lease", "0", "x"}, "dlock: hold: --lease must be positive"},
+		{[]string{"hold", "--kind", "spin", "x"}, `hold: invalid option: unknown kind "spin"`},
+		{[]string{"hold", "--grace", "1s", "x"}, "dlock: hold: flag provided but not defined: -grace"},
 		{[]string{"run", "--wait", "soon", "x", "--", "true"}, `dlock: run: invalid value "soon" for flag -wait: not a duration`},
 		{[]string{"run", "--wait", "-1s", "x", "--", "true"}, "negative duration -1s"},
 		{[]string{"run", "--lease", "0", "x", "--", "true"}, "dlock: run: --lease must be positive"},
@@ -33,7 +47,6 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"run", "a}b", "--", "true"}, `dlock: run: invalid lock name: "a}b"`},
 		{[]string{"run", "", "--", "true"}, "dlock: run: invalid lock name: empty name"},
 		{[]string{"run", "--nope", "x", "--", "true"}, "dlock: run: flag provided but not defined: -nope"},
-		{[]string{"run", "x", "--wait"}, "dlock: run: flag needs an argument: -wait"},
 		{[]string{"run", "--wait"}, "dlock: run: flag needs an argument: -wait"},
 		{[]string{"status"}, "dlock: status: one lock NAME expected, got 0 arguments"},
 		{[]string{"status", "a", "b"}, "dlock: status: one lock NAME expected, got 2 arguments"},
@@ -47,6 +60,12 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"status", "--redis", "redis://h:1?bogus=1", "x"}, "dlock: invalid Redis URL redis://h:1?bogus=1: redis: unexpected option: bogus"},
 		{[]string{"status", "--redis", "redis://h:1/notadb", "x"}, `redis: invalid database number: "notadb"`},
 		{[]string{"status", "--redis", "redis://u:p%zz@h:1", "x"}, "dlock: invalid Redis URL: it does not parse as a URL"},
+		{[]string{"status", "--redis", "redis://127.0.0.1:notaport", "x"}, `dlock: invalid Redis URL: port "notaport" is not a number`},
+		{[]string{"status", "--redis", "127.0.0.1:notaport", "x"}, `dlock: invalid Redis URL: port "notaport" is not a number`},
+		{[]string{"status", "--redis", "redis://u:pw@h:6379x/0", "x"}, `dlock: invalid Redis URL: port "6379x" is not a number`},
+		{[]string{"status", "--redis", "redis://[::1]:x", "x"}, `dlock: invalid Redis URL: port "x" is not a number`},
+		{[]string{"status", "--redis", "redis://h:70000", "x"}, "dlock: invalid Redis URL: port 70000 is outside 1..65535"},
+		{[]string{"status", "--redis", "redis://h:", "x"}, `dlock: invalid Redis URL: empty port after ":"`},
 		{[]string{"status", "--redis", "redis://h:1?cluster=maybe", "x"}, "cluster=maybe; use cluster=true"},
 		{[]string{"status", "--redis", "redis://h:1?addr=nohostport", "x"}, "redis: unable to parse addr param: nohostport"},
 		{[]string{"status", "--redis", "redis://h:1?master_name=m&route_randomly=true", "x"}, "route_by_latency and route_randomly need"},
@@ -82,21 +101,36 @@ func TestNoArgumentsPrintsUsage(t *testing.T) {
 	}
 }
 
-// TestHelp checks that help for dlock and for each command goes to stdout
-// with exit 0, however it is asked for, and that each command's help
-// documents every flag the command has and every exit code.
+// TestHelp checks that help for dlock, for each command and for each
+// topic goes to stdout with exit 0, however it is asked for, that the text
+// is the golden one in testdata/help (go test -update rewrites them), that
+// every exit code is documented, and that command pages refer to the
+// connection and exit status pages rather than repeat them.
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
-		if r := cliRun(t, args...); r.code != 0 || r.stdout != usage || r.stderr != "" {
+	check := func(args []string, want string) {
+		t.Helper()
+		if r := cliRun(t, args...); r.code != 0 || r.stdout != want || r.stderr != "" {
 			t.Errorf("dlock %v: exit %d, stdout %.40q, stderr %q", args, r.code, r.stdout, r.stderr)
 		}
 	}
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		check(args, usage)
+	}
+	golden(t, "help/dlock", usage)
 	for _, cmd := range commands() {
 		for _, args := range [][]string{{"help", cmd.name}, {cmd.name, "-h"}, {cmd.name, "--help"}} {
-			if r := cliRun(t, args...); r.code != 0 || r.stdout != cmd.usage || r.stderr != "" {
-				t.Errorf("dlock %v: exit %d, stdout %.40q, stderr %q", args, r.code, r.stdout, r.stderr)
+			check(args, cmd.usage)
+		}
+		golden(t, "help/"+cmd.name, cmd.usage)
+		for _, block := range []string{"Exit status:", "redis://[user:password@]host:port[/db]"} {
+			if strings.Contains(cmd.usage, block) {
+				t.Errorf("dlock help %s repeats %q: it belongs to a help topic", cmd.name, block)
 			}
 		}
+	}
+	for name, text := range topics {
+		check([]string{"help", name}, text)
+		golden(t, "help/"+name, text)
 	}
 	for _, code := range []int{exitOK, exitFailure, exitUsage, exitNotObtained, exitUnreachable, exitAuth, exitLockLost, exitCannotExec, exitNotFound} {
 		if !regexp.MustCompile(fmt.Sprintf(`(?m)^  %d +\S`, code)).MatchString(exitHelp) {
@@ -106,7 +140,8 @@ func TestHelp(t *testing.T) {
 }
 
 // TestUsageDocumentsEveryFlag defines each command's flags through the
-// command itself (with -h) and checks its usage text names them all.
+// command itself (with -h) and checks its usage text names them all, at
+// the start of a line: "  -x", "  --name" or "  -x, --name".
 func TestUsageDocumentsEveryFlag(t *testing.T) {
 	for _, cmd := range commands() {
 		var seen []string
@@ -126,7 +161,8 @@ func TestUsageDocumentsEveryFlag(t *testing.T) {
 			if len(name) == 1 {
 				prefix = "-"
 			}
-			if !strings.Contains(cmd.usage, "  "+prefix+name+" ") {
+			re := regexp.MustCompile(`(?m)^  (-\w, )?` + regexp.QuoteMeta(prefix+name) + `[ ,]`)
+			if !re.MatchString(cmd.usage) {
 				t.Errorf("dlock %s: flag %s%s is not in the usage text", cmd.name, prefix, name)
 			}
 		}

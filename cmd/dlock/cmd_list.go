@@ -24,9 +24,9 @@ A fair lock that is free but has waiters is not listed; dlock status shows it.
 
 Flags:
   --json        print JSON instead of a table
-  --redis URL   see Connection
+  --redis URL   the Redis deployment
 
-` + connectionHelp + "\n" + exitHelp
+` + seeHelp
 
 // scanCount is the COUNT hint of each SCAN call.
 const scanCount = 1000

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,12 +15,15 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-var runUsage = `Usage: dlock run [flags] NAME -- COMMAND [ARGS...]
+var runUsage = `Usage: dlock run [flags] NAME COMMAND [ARGS...]
+       dlock run [flags] NAME -c 'SHELL COMMAND'
 
 Takes lock NAME, runs COMMAND while holding it, releases it when COMMAND
-exits, and exits with COMMAND's exit status. Without --lease, a watchdog
-renews the lock every third of --watchdog while COMMAND runs, so a lock
-whose holder dies is free again within --watchdog.
+exits, and exits with COMMAND's exit status. Flags go before NAME; the
+first word after NAME starts COMMAND ("--" before COMMAND is accepted).
+Without --lease, a watchdog renews the lock every third of --watchdog
+while COMMAND runs, so a lock whose holder dies is free again within
+--watchdog.
 
 COMMAND gets dlock's environment plus:
   DLOCK_NAME    the lock name
@@ -33,19 +37,25 @@ time), dlock sends SIGTERM to the group, SIGKILL after --grace, and exits
 with status 6. If dlock itself is killed, COMMAND gets SIGKILL (Linux).
 
 Flags:
-  --wait DURATION      give up after waiting DURATION (exit 3); 0 tries once.
-                       Default: wait as long as it takes
-  --lease DURATION     fixed lease, no watchdog: COMMAND is stopped when it runs out
-  --kind KIND          lock kind: ` + kindList + ` (default mutex)
-  --fencing            take a fencing token, passed as DLOCK_TOKEN
-  --grace DURATION     time COMMAND has between SIGTERM and SIGKILL when the lock
-                       is lost (default 5s)
-  --watchdog DURATION  lease of a lock held without --lease; renewed every third
-                       of it (default 30s)
-  -v                   say on stderr when the lock is taken and released
-  --redis URL          see Connection; 3 or 5 times for a RedLock (--kind mutex)
+` + lockFlagsHelp + `  -c, --command STRING       run STRING with sh -c instead of COMMAND
+  --grace DURATION           time COMMAND has between SIGTERM and SIGKILL when the
+                             lock is lost (default 5s)
 
-` + connectionHelp + "\n" + exitHelp
+` + seeHelp
+
+// lockFlagsHelp documents the flags run and hold share (lockFlags).
+var lockFlagsHelp = `  -w, --wait DURATION        give up after waiting DURATION; 0 tries once.
+                             Default: wait as long as it takes
+  -n, --nonblock             fail at once if the lock is held (same as -w 0)
+  -E, --conflict-exit-code N exit status when the lock is not obtained (default 3)
+  --lease DURATION           fixed lease, no watchdog: the lock ends when it runs out
+  --kind KIND                lock kind: ` + kindList + ` (default mutex)
+  --fencing                  take a fencing token, passed as DLOCK_TOKEN
+  --watchdog DURATION        lease of a lock held without --lease; renewed every
+                             third of it (default 30s)
+  -v                         say on stderr when the lock is taken and released
+  --redis URL                the Redis deployment; 3 or 5 times for a RedLock
+`
 
 // kindList is how the usage texts list the kinds.
 var kindList = strings.Join(kinds, " | ")
@@ -54,55 +64,128 @@ var kindList = strings.Join(kinds, " | ")
 // dropped so that a nested dlock run never passes on its parent's.
 var childEnv = []string{"DLOCK_NAME", "DLOCK_OWNER", "DLOCK_TOKEN"}
 
-// runArgs is a parsed dlock run command line.
-type runArgs struct {
-	eps      []endpoint
-	name     string
-	argv     []string // COMMAND and its arguments
-	wait     optDuration
-	lease    optDuration
-	kind     string
-	fencing  bool
-	grace    time.Duration
-	watchdog time.Duration
-	verbose  bool
+// lockFlags are the flags of run and hold: which lock, and how to take it.
+type lockFlags struct {
+	eps          []endpoint
+	name         string
+	wait         optDuration
+	nonblock     bool
+	conflictCode int
+	lease        optDuration
+	kind         string
+	fencing      bool
+	watchdog     time.Duration
+	verbose      bool
+	conn         *connFlags
 }
 
-// parseRun reads the command line of dlock run without acting on it.
-func (c *cli) parseRun(args []string) (runArgs, error) {
-	fs := newFlagSet("run")
-	conn := addConnFlags(fs)
-	var a runArgs
+// define defines the flags on fs.
+func (a *lockFlags) define(fs *flag.FlagSet) {
+	a.conn = addConnFlags(fs)
 	fs.Var(&a.wait, "wait", "")
+	fs.Var(&a.wait, "w", "")
+	fs.BoolVar(&a.nonblock, "nonblock", false, "")
+	fs.BoolVar(&a.nonblock, "n", false, "")
+	fs.IntVar(&a.conflictCode, "conflict-exit-code", exitNotObtained, "")
+	fs.IntVar(&a.conflictCode, "E", exitNotObtained, "")
 	fs.Var(&a.lease, "lease", "")
 	fs.StringVar(&a.kind, "kind", "mutex", "")
 	fs.BoolVar(&a.fencing, "fencing", false, "")
-	fs.DurationVar(&a.grace, "grace", 5*time.Second, "")
 	fs.DurationVar(&a.watchdog, "watchdog", dlock.DefaultWatchdogTimeout, "")
 	fs.BoolVar(&a.verbose, "v", false, "")
+}
 
-	before, argv, found := cutArgs(args, "--")
-	pos, err := c.parse(fs, runUsage, before)
-	if err != nil {
+// check validates the flags once parsed, and reads the endpoints.
+func (a *lockFlags) check(c *cli, cmd string) error {
+	switch {
+	case a.nonblock && a.wait.set:
+		return usageError("%s: -n (--nonblock) and -w (--wait) cannot be combined", cmd)
+	case a.lease.set && a.lease.d == 0:
+		return usageError("%s: --lease must be positive", cmd)
+	case a.conflictCode < 0 || a.conflictCode > 255:
+		return usageError("%s: --conflict-exit-code %d is outside 0..255", cmd, a.conflictCode)
+	}
+	if a.nonblock {
+		a.wait = optDuration{set: true}
+	}
+	var err error
+	a.eps, err = c.endpoints(a.conn)
+	return err
+}
+
+// lockOptions are the options of the lock the flags describe.
+func (a *lockFlags) lockOptions() []dlock.LockOption {
+	var opts []dlock.LockOption
+	if a.lease.set {
+		opts = append(opts, dlock.WithLease(a.lease.d))
+	}
+	if a.fencing {
+		opts = append(opts, dlock.WithFencing())
+	}
+	return opts
+}
+
+// runArgs is a parsed dlock run command line.
+type runArgs struct {
+	lockFlags
+	argv  []string // COMMAND and its arguments
+	grace time.Duration
+}
+
+// runSynopsis ends run's usage errors.
+const runSynopsis = "usage: dlock run [flags] NAME COMMAND [ARGS...]"
+
+// parseRun reads the command line of dlock run without acting on it:
+// flags, NAME, then COMMAND (after an optional "--") or -c STRING.
+func (c *cli) parseRun(args []string) (runArgs, error) {
+	fs := newFlagSet("run")
+	var a runArgs
+	a.define(fs)
+	var shell optString
+	fs.Var(&shell, "c", "")
+	fs.Var(&shell, "command", "")
+	fs.DurationVar(&a.grace, "grace", 5*time.Second, "")
+	if defineHook != nil {
+		defineHook(fs)
+	}
+	if err := c.parseFlags(fs, runUsage, args); err != nil {
 		return a, err
 	}
-	switch {
-	case len(pos) == 0:
-		return a, usageError("run: missing lock NAME; usage: dlock run [flags] NAME -- COMMAND [ARGS...]")
-	case len(pos) > 1:
-		return a, usageError("run: one lock NAME expected, got %d arguments before \"--\" (%q); usage: dlock run [flags] NAME -- COMMAND [ARGS...]", len(pos), pos)
-	case !found:
-		return a, usageError("run: missing \"--\" before COMMAND; usage: dlock run [flags] NAME -- COMMAND [ARGS...]")
-	case len(argv) == 0:
-		return a, usageError("run: missing COMMAND after \"--\"")
-	case a.grace < 0:
-		return a, usageError("run: --grace must not be negative")
-	case a.lease.set && a.lease.d == 0:
-		return a, usageError("run: --lease must be positive")
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return a, usageError("run: missing lock NAME; %s", runSynopsis)
 	}
-	a.name, a.argv = pos[0], argv
-	a.eps, err = c.endpoints(conn)
-	return a, err
+	a.name, rest = rest[0], rest[1:]
+	switch {
+	case len(rest) > 0 && rest[0] == "--":
+		rest = rest[1:]
+	case len(rest) > 0 && (rest[0] == "-c" || rest[0] == "--command" || rest[0] == "-command"):
+		// flock's order: NAME -c STRING.
+		if shell.set {
+			return a, usageError("run: -c given twice")
+		}
+		if len(rest) != 2 {
+			return a, usageError("run: -c takes one argument, the shell command; got %d", len(rest)-1)
+		}
+		shell = optString{rest[1], true}
+		rest = nil
+	case len(rest) > 0 && strings.HasPrefix(rest[0], "-") && len(rest[0]) > 1:
+		return a, usageError("run: %s after NAME %q: flags go before NAME; %s", rest[0], a.name, runSynopsis)
+	}
+	switch {
+	case shell.set && len(rest) > 0:
+		return a, usageError("run: both -c and COMMAND given (%q); give one", rest[0])
+	case shell.set:
+		a.argv = []string{"sh", "-c", shell.s}
+	case len(rest) == 0:
+		return a, usageError("run: missing COMMAND after NAME %q; %s", a.name, runSynopsis)
+	default:
+		a.argv = rest
+	}
+	if a.grace < 0 {
+		return a, usageError("run: --grace must not be negative")
+	}
+	return a, a.check(c, "run")
 }
 
 func (c *cli) runCmd(ctx context.Context, args []string) error {
@@ -111,25 +194,11 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	name, argv := a.name, a.argv
-	var opts []dlock.LockOption
-	if a.lease.set {
-		opts = append(opts, dlock.WithLease(a.lease.d))
-	}
-	if a.fencing {
-		opts = append(opts, dlock.WithFencing())
-	}
-	s, err := openSession(a.eps, dlock.WithWatchdogTimeout(a.watchdog))
+	s, lk, err := a.open(ctx, "run")
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	lk, err := s.newLocker(a.kind, name, opts...)
-	if err != nil {
-		return optionError("run", err)
-	}
-	if err := s.ping(ctx); err != nil {
-		return err
-	}
 
 	// Signals are caught from here on: while waiting they abort the wait,
 	// later they are forwarded to COMMAND.
@@ -140,16 +209,12 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 	start := time.Now()
 	lockCtx, err := acquire(ctx, lk, a.wait, sigs)
 	if err != nil {
-		return lockError(name, a.wait, err)
+		return lockError(&a.lockFlags, err)
 	}
-	owner, _ := s.clients[0].Owner(lockCtx)
-	env := append(withoutVars(os.Environ(), childEnv), "DLOCK_NAME="+name, "DLOCK_OWNER="+owner)
-	token, fenced := dlock.Token(lockCtx)
-	if fenced {
-		env = append(env, "DLOCK_TOKEN="+strconv.FormatInt(token, 10))
-	}
+	vars := lockVars(s, name, lockCtx)
+	env := append(withoutVars(os.Environ(), childEnv), vars...)
 	if a.verbose {
-		fmt.Fprintf(c.stderr, "dlock: acquired %q after %v (owner %s%s)\n", name, time.Since(start).Round(time.Millisecond), owner, tokenNote(token, fenced))
+		fmt.Fprintf(c.stderr, "dlock: acquired %q after %v (%s)\n", name, time.Since(start).Round(time.Millisecond), strings.Join(vars[1:], ", "))
 	}
 
 	ch, err := startChild(argv, env, c.stdin, c.stdout, c.stderr)
@@ -225,18 +290,54 @@ type signalError struct{ sig syscall.Signal }
 
 func (e signalError) Error() string { return "interrupted by " + signalName(e.sig) }
 
-// lockError turns a failed acquisition into an exit.
-func lockError(name string, wait optDuration, err error) error {
+// open connects to Redis and returns the session and the lock the flags
+// name.
+func (a *lockFlags) open(ctx context.Context, cmd string) (*session, locker, error) {
+	s, err := openSession(a.eps, dlock.WithWatchdogTimeout(a.watchdog))
+	if err != nil {
+		return nil, nil, err
+	}
+	lk, err := s.newLocker(a.kind, a.name, a.lockOptions()...)
+	if err != nil {
+		s.close()
+		return nil, nil, optionError(cmd, err)
+	}
+	if err := s.ping(ctx); err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	return s, lk, nil
+}
+
+// lockVars are the variables that describe a hold: DLOCK_NAME,
+// DLOCK_OWNER and, for a fenced lock, DLOCK_TOKEN, as NAME=value.
+func lockVars(s *session, name string, lockCtx context.Context) []string {
+	owner, _ := s.clients[0].Owner(lockCtx)
+	vars := []string{"DLOCK_NAME=" + name, "DLOCK_OWNER=" + owner}
+	if token, ok := dlock.Token(lockCtx); ok {
+		vars = append(vars, "DLOCK_TOKEN="+strconv.FormatInt(token, 10))
+	}
+	return vars
+}
+
+// lockError turns a failed acquisition into an exit; a lock held by
+// another owner exits with conflictCode.
+func lockError(a *lockFlags, err error) error {
+	name, wait, conflictCode := a.name, a.wait, a.conflictCode
+	once := "--wait 0"
+	if a.nonblock {
+		once = "-n"
+	}
 	var se signalError
 	switch {
 	case errors.As(err, &se):
 		return exitf(exitSignalBase+int(se.sig), "gave up waiting for lock %q: %v", name, se)
 	case errors.Is(err, dlock.ErrNotObtained) && wait.set && wait.d == 0:
-		return exitf(exitNotObtained, "lock %q is held by another owner (--wait 0)%s", name, quorumNote(err))
+		return exitf(conflictCode, "lock %q is held by another owner (%s)%s", name, once, quorumNote(err))
 	case errors.Is(err, dlock.ErrNotObtained) && wait.set:
-		return exitf(exitNotObtained, "lock %q not obtained within --wait %v%s", name, wait.d, quorumNote(err))
+		return exitf(conflictCode, "lock %q not obtained within --wait %v%s", name, wait.d, quorumNote(err))
 	case errors.Is(err, dlock.ErrNotObtained):
-		return exitf(exitNotObtained, "%s", trimPrefix(err))
+		return exitf(conflictCode, "%s", trimPrefix(err))
 	}
 	return redisError(fmt.Sprintf("taking lock %q", name), err)
 }
@@ -289,13 +390,6 @@ func withoutVars(env, names []string) []string {
 		}
 	}
 	return out
-}
-
-func tokenNote(token int64, fenced bool) string {
-	if !fenced {
-		return ""
-	}
-	return fmt.Sprintf(", token %d", token)
 }
 
 // trimPrefix returns err's message without the "dlock: " that the CLI's

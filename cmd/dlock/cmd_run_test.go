@@ -314,3 +314,58 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 		t.Errorf("holder: exit %d, want 143 (sleep killed by the forwarded SIGTERM)", code)
 	}
 }
+
+// TestRunCommandForms: COMMAND may follow NAME directly, after "--", or
+// be a shell string given with -c before or after NAME (flock's order);
+// each runs once, with its arguments intact, under the lock.
+func TestRunCommandForms(t *testing.T) {
+	name := lockName(t)
+	for _, tc := range []struct {
+		args []string
+		out  string
+		code int
+	}{
+		{[]string{name, "echo", "a", "-v", "--", "b"}, "a -v -- b\n", 0},
+		{[]string{name, "--", "echo", "--wait"}, "--wait\n", 0},
+		{[]string{"-w", "5s", name, "sh", "-c", "echo $DLOCK_NAME; exit 3"}, name + "\n", 3},
+		{[]string{name, "-c", "echo \"$DLOCK_NAME\" | tr a-z A-Z; exit 4"}, strings.ToUpper(name) + "\n", 4},
+		{[]string{"-c", "echo one two", name}, "one two\n", 0},
+		{[]string{"--command=echo long", name}, "long\n", 0},
+		{[]string{"--", name, "echo", "after --"}, "after --\n", 0},
+	} {
+		r := cliRun(t, append([]string{"run"}, tc.args...)...)
+		if r.code != tc.code || r.stdout != tc.out || r.stderr != "" {
+			t.Errorf("dlock run %q: exit %d, stdout %q, stderr %q; want %d, %q", tc.args, r.code, r.stdout, r.stderr, tc.code, tc.out)
+		}
+	}
+}
+
+// TestRunConflictExitCode: with -E, "lock not obtained" exits with the
+// chosen status, so that it cannot be mistaken for COMMAND's own 3; the
+// default stays 3.
+func TestRunConflictExitCode(t *testing.T) {
+	name := lockName(t)
+	holder, _, _ := holdProcess(t, false, name)
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"run", "-n", name, "true"}, exitNotObtained},
+		{[]string{"run", "-n", "-E", "75", name, "true"}, 75},
+		{[]string{"run", "--conflict-exit-code", "200", "--wait", "50ms", name, "true"}, 200},
+		{[]string{"run", "--nonblock", "-E", "0", name, "true"}, 0},
+	} {
+		r := cliRun(t, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, fmt.Sprintf("lock %q", name)) {
+			t.Errorf("dlock %q: exit %d, stderr %q; want %d", tc.args, r.code, r.stderr, tc.code)
+		}
+	}
+	_ = holder.Process.Signal(syscall.SIGTERM)
+	if code := exitCode(t, holder); code != 0 {
+		t.Fatalf("holder: exit %d", code)
+	}
+	// Free now: COMMAND's own 3 passes through unchanged with -E.
+	if r := cliRun(t, "run", "-n", "-E", "75", name, "sh", "-c", "exit 3"); r.code != 3 {
+		t.Errorf("COMMAND exiting 3 under -E 75: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -18,9 +18,9 @@ fencing token issued. Locks taken by Redisson (Java) show the same way.
 
 Flags:
   --json        print JSON instead of a table
-  --redis URL   see Connection
+  --redis URL   the Redis deployment
 
-` + connectionHelp + "\n" + exitHelp
+` + seeHelp
 
 // statusArgs is a parsed dlock status command line.
 type statusArgs struct {

@@ -18,9 +18,9 @@ confirmation on stdin unless --yes is given.
 Flags:
   --force       required: says you mean to take the lock from its holders
   --yes         do not ask
-  --redis URL   see Connection
+  --redis URL   the Redis deployment
 
-` + connectionHelp + "\n" + exitHelp
+` + seeHelp
 
 // unlockArgs is a parsed dlock unlock command line.
 type unlockArgs struct {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,15 +39,19 @@ type endpoint struct {
 	display string   // the URL with its passwords masked
 	mode    string   // "server", "cluster" or "sentinel"
 	secrets []string // passwords, scrubbed from every error message
+	db      int      // the database number of a single server
 	open    func() redis.UniversalClient
 }
 
 // endpoints returns the deployments named by --redis, else by
-// DLOCK_REDIS_URL (several URLs separated by spaces), else the default.
+// DLOCK_REDIS_URL, else by REDIS_URL (several URLs separated by spaces),
+// else the default.
 func (c *cli) endpoints(f *connFlags) ([]endpoint, error) {
 	raws := []string(f.urls)
-	if len(raws) == 0 {
-		raws = strings.Fields(c.getenv("DLOCK_REDIS_URL"))
+	for _, env := range []string{"DLOCK_REDIS_URL", "REDIS_URL"} {
+		if len(raws) == 0 {
+			raws = strings.Fields(c.getenv(env))
+		}
 	}
 	if len(raws) == 0 {
 		raws = []string{defaultRedisURL}
@@ -73,6 +78,9 @@ func parseEndpoint(raw string) (endpoint, error) {
 			return endpoint{}, usageError("invalid Redis URL: no scheme; start it with redis://, rediss:// or unix://")
 		}
 		raw = "redis://" + raw
+	}
+	if err := checkPort(raw); err != nil {
+		return endpoint{}, err
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -119,9 +127,50 @@ func parseEndpoint(raw string) (endpoint, error) {
 		if err != nil {
 			return endpoint{}, bad(err)
 		}
+		ep.db = opt.DB
 		ep.open = func() redis.UniversalClient { return redis.NewClient(opt) }
 	}
 	return ep, nil
+}
+
+// checkPort reports a port that is not a number from 1 to 65535 in a
+// server URL. Only a port that cannot hold part of a password is quoted:
+// one after the last "@" of an authority that has one, or of a URL that
+// has no "@" at all (a password with an unencoded "/", "?" or "#" ends
+// the authority early and is left to the generic message).
+func checkPort(raw string) error {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok || strings.HasPrefix(raw, "unix:") {
+		return nil
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		authority = authority[at+1:]
+	} else if strings.Contains(rest, "@") {
+		return nil
+	}
+	if strings.HasPrefix(authority, "[") { // [IPv6]:port
+		_, authority, _ = strings.Cut(authority, "]")
+	} else if strings.Count(authority, ":") > 1 {
+		return nil
+	}
+	_, port, ok := strings.Cut(authority, ":")
+	if !ok {
+		return nil
+	}
+	n, err := strconv.Atoi(port)
+	switch {
+	case port == "":
+		return usageError("invalid Redis URL: empty port after \":\" (write host:6379, or leave out the colon)")
+	case err != nil || strings.HasPrefix(port, "+") || strings.HasPrefix(port, "-"):
+		return usageError("invalid Redis URL: port %q is not a number", port)
+	case n < 1 || n > 65535:
+		return usageError("invalid Redis URL: port %d is outside 1..65535", n)
+	}
+	return nil
 }
 
 // maskURL returns u as text with the password in its user info and in a
@@ -184,6 +233,9 @@ func (ep endpoint) connError(err error) error {
 	switch {
 	case redis.IsAuthError(err) || redis.IsPermissionError(err):
 		return exitf(exitAuth, "Redis at %s refused the credentials: %s", ep.display, msg)
+	case strings.Contains(msg, "DB index is out of range"):
+		// SELECT failed: the server answers but has fewer databases.
+		return usageError("Redis at %s has no database %d (the server's \"databases\" setting is lower; it said: %s)", ep.display, ep.db, msg)
 	case errors.Is(err, context.DeadlineExceeded) && ep.mode == "sentinel":
 		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer from the sentinels or the master within %v", ep.display, pingTimeout)
 	case errors.Is(err, context.DeadlineExceeded):

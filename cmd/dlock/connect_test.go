@@ -122,3 +122,58 @@ func TestClusterAndSentinelURLs(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisURLFromEnvironment: without --redis, DLOCK_REDIS_URL is used,
+// else REDIS_URL, else 127.0.0.1:6379; an unreachable URL shows which one
+// was taken.
+func TestRedisURLFromEnvironment(t *testing.T) {
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := fmt.Sprintf("redis://127.0.0.1:%d", port)
+	for _, tc := range []struct {
+		env  map[string]string
+		code int
+	}{
+		{map[string]string{"DLOCK_REDIS_URL": "", "REDIS_URL": redisURL}, 0},
+		{map[string]string{"DLOCK_REDIS_URL": redisURL, "REDIS_URL": nowhere}, 0},
+		{map[string]string{"DLOCK_REDIS_URL": nowhere, "REDIS_URL": redisURL}, exitUnreachable},
+		{map[string]string{"DLOCK_REDIS_URL": "", "REDIS_URL": nowhere}, exitUnreachable},
+	} {
+		r := cliRunEnv(t, tc.env, "", "status", "x")
+		if r.code != tc.code || (tc.code != 0 && !strings.Contains(r.stderr, nowhere)) {
+			t.Errorf("env %v: exit %d, stderr %q; want %d", tc.env, r.code, r.stderr, tc.code)
+		}
+	}
+}
+
+// TestMissingDatabase: a URL naming a database the server does not have
+// is a usage error that says so, not "unreachable".
+func TestMissingDatabase(t *testing.T) {
+	r := cliRun(t, "status", "--redis", redisURL+"/99", "x")
+	want := fmt.Sprintf("dlock: Redis at %s/99 has no database 99 (the server's \"databases\" setting is lower;", redisURL)
+	if r.code != exitUsage || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("exit %d, stderr %q; want %d, %q", r.code, r.stderr, exitUsage, want)
+	}
+	if r := cliRun(t, "status", "--redis", redisURL+"/15", "x"); r.code != 0 {
+		t.Errorf("database 15: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestVersionFlags: --version and -V print what dlock version prints.
+func TestVersionFlags(t *testing.T) {
+	want := cliRun(t, "version")
+	for _, args := range [][]string{{"--version"}, {"-V"}, {"-version"}, {"--version", "--json"}} {
+		r := cliRun(t, args...)
+		if args[len(args)-1] == "--json" {
+			if r.code != 0 || !strings.Contains(r.stdout, `"version": `) {
+				t.Errorf("dlock %v: exit %d, stdout %q", args, r.code, r.stdout)
+			}
+			continue
+		}
+		if r.code != 0 || r.stdout != want.stdout || !strings.HasPrefix(r.stdout, "dlock ") {
+			t.Errorf("dlock %v: exit %d, stdout %q; want %q", args, r.code, r.stdout, want.stdout)
+		}
+	}
+}

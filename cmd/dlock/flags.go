@@ -41,3 +41,16 @@ func (f *optDuration) Set(v string) error {
 	f.d, f.set = d, true
 	return nil
 }
+
+// optString is a string flag that knows whether it was given.
+type optString struct {
+	s   string
+	set bool
+}
+
+func (f *optString) String() string { return f.s }
+
+func (f *optString) Set(v string) error {
+	f.s, f.set = v, true
+	return nil
+}

@@ -14,6 +14,9 @@ import (
 func FuzzParseArgs(f *testing.F) {
 	for _, seed := range []string{
 		"x\x00--\x00true",
+		"x\x00true",
+		"-n\x00-E\x0075\x00x\x00-c\x00exit 3",
+		"-w\x001s\x00--redis\x00redis://h:notaport\x00x",
 		"--wait\x005s\x00--lease\x001m\x00--kind\x00mutex\x00--fencing\x00x\x00--\x00sh\x00-c\x00exit 3",
 		"--redis\x00redis://u:secret@h:1/2?dial_timeout=3\x00x\x00--\x00true",
 		"--redis\x00redis://h:1?addr=h:2&addr=h:3\x00x\x00--json",
@@ -35,6 +38,7 @@ func FuzzParseArgs(f *testing.F) {
 	c := &cli{stdout: new(syncBuffer), stderr: new(syncBuffer), getenv: func(string) string { return "" }}
 	parsers := map[string]func([]string) error{
 		"run":     func(a []string) error { _, err := c.parseRun(a); return err },
+		"hold":    func(a []string) error { _, err := c.parseHold(a); return err },
 		"status":  func(a []string) error { _, err := c.parseStatus(a); return err },
 		"list":    func(a []string) error { _, err := c.parseList(a); return err },
 		"unlock":  func(a []string) error { _, err := c.parseUnlock(a); return err },

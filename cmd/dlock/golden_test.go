@@ -190,10 +190,16 @@ func normalise(s string) string {
 // rewrites the file with -update.
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	got = normalise(got)
+	golden(t, name, normalise(got))
+}
+
+// golden compares got with testdata/<name>.golden, or rewrites the file
+// with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
 	path := filepath.Join("testdata", name+".golden")
 	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
