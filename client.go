@@ -114,6 +114,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	c.watchdog.Close()
+	closePermits(c) // permit semaphores: renewer and permit contexts
 	for _, h := range holds {
 		h.end(ErrClosed)
 	}

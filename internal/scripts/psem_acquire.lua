@@ -4,6 +4,13 @@
 -- semaphore's TTL, if it has one.
 -- Returns 'OK' when taken; otherwise ':<score>' with the earliest expiry of
 -- a held permit, or nil when none expires (or none is held).
+--
+-- Unlike Redisson's, the script is idempotent: the Redis client sends a
+-- command again when the reply was lost (a timeout, a dropped connection),
+-- and a second run with the same id must not take a second permit.
+if redis.call('zscore', KEYS[2], ARGV[4]) ~= false then
+  return 'OK'
+end
 reclaim(1)
 local value = redis.call('get', KEYS[1])
 if value ~= false and tonumber(value) >= 1 then

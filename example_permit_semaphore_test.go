@@ -1,0 +1,71 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// At most 3 workers anywhere hold a permit; a worker that crashes gives
+// its permit back when its lease runs out (the watchdog renews it while
+// the worker lives).
+func ExamplePermitSemaphore() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	slots, err := locks.NewPermitSemaphore("example:crawlers")
+	if err != nil {
+		panic(err)
+	}
+	defer slots.Delete(ctx)
+	if _, err := slots.TrySetPermits(ctx, 3); err != nil {
+		panic(err)
+	}
+
+	permitCtx, err := slots.Acquire(ctx) // waits for a free slot
+	if err != nil {
+		panic(err)
+	}
+	// Work under permitCtx: it is cancelled if the permit is lost.
+	held, _ := slots.AcquiredPermits(ctx)
+	fmt.Println("held:", held)
+	if err := slots.Release(permitCtx); err != nil {
+		panic(err)
+	}
+	fmt.Println("released:", context.Cause(permitCtx) == dlock.ErrUnlocked)
+	// Output:
+	// held: 1
+	// released: true
+}
+
+// With a fixed lease a permit is not renewed: its context ends when the
+// lease runs out, and the permit goes back to the pool.
+func ExampleWithPermitLease() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+	slots, _ := locks.NewPermitSemaphore("example:leased", dlock.WithPermitLease(50*time.Millisecond))
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 1)
+
+	permitCtx, _ := slots.Acquire(ctx)
+	<-permitCtx.Done()
+	fmt.Println("lost:", errors.Is(context.Cause(permitCtx), dlock.ErrLockLost))
+	n, _ := slots.AvailablePermits(ctx) // reclaims the expired permit
+	fmt.Println("available:", n)
+	// Output:
+	// lost: true
+	// available: 1
+}

@@ -1,0 +1,729 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
+)
+
+// noExpiryScore is Redisson's score for a permit without lease: exactly
+// this text, which Lua compares as a string and Java parses as a long.
+const noExpiryScore = "922337203685477"
+
+// PermitSemaphore is a semaphore whose permits expire, in Redis with
+// Redisson's RPermitExpirableSemaphore layout: the key name holds the
+// number of available permits, the sorted set {name}:timeout maps each
+// permit held (an id of 16 random bytes) to its expiry in epoch
+// milliseconds, and every script first returns expired permits to the pool
+// and publishes the new count on redisson_sc:{name}. Go and Java (Redisson)
+// processes can share one.
+//
+// A permit is held by a permit context, as a lock by its lock context: it
+// ends with Release, and it is cancelled with cause ErrLockLost if the
+// permit expires or is taken back first. A permit comes back to the pool
+// when its holder dies, once its lease has run out: this is what makes "at
+// most N workers, crash-safe" possible.
+//
+// Leases: by default a permit's lease is the Client's watchdog timeout
+// (WithWatchdogTimeout, 30s), renewed every third of it while the permit is
+// held, so a live holder keeps it as long as it needs and a dead one's
+// comes back within one timeout. Redisson's permits without lease never
+// expire (score 922337203685477); dlock never writes one, and reads them as
+// permits that do not expire. With WithPermitLease each permit has a fixed
+// lease, not renewed.
+//
+// Expiry runs on the clocks of the clients, as in Redisson: the script
+// that reclaims a permit compares its expiry with the caller's clock. Keep
+// the clocks of every process that uses the semaphore in sync (NTP): a
+// clock ahead by d reclaims other holders' permits d early.
+//
+// A PermitSemaphore is safe for concurrent use; its methods fail with
+// ErrClosed once its Client is closed, and Close cancels the permit
+// contexts with cause ErrClosed (their permits expire with their leases).
+type PermitSemaphore struct {
+	c        *Client
+	name     string
+	timeouts string
+	channel  string
+	lease    time.Duration // fixed lease; 0: the watchdog renews
+}
+
+// PermitOption configures a PermitSemaphore.
+type PermitOption func(*PermitSemaphore)
+
+// WithPermitLease gives each permit a fixed lease d (at least 1ms, at most
+// MaxLease), not renewed: the permit context is cancelled when it runs out.
+// UpdateLease changes it for one permit.
+func WithPermitLease(d time.Duration) PermitOption {
+	return func(s *PermitSemaphore) { s.lease = d }
+}
+
+// NewPermitSemaphore returns the permit semaphore called name. It does not
+// touch Redis: a semaphore that was never set has no permits (see
+// TrySetPermits, SetPermits and AddPermits). The name follows the rules of
+// lock names (ErrInvalidName).
+func (c *Client) NewPermitSemaphore(name string, opts ...PermitOption) (*PermitSemaphore, error) {
+	if err := newSync(c, name); err != nil {
+		return nil, err
+	}
+	s := &PermitSemaphore{c: c, name: name, timeouts: suffixName(name, "timeout"), channel: prefixName(semChannelPrefix, name)}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.lease != 0 && (s.lease < time.Millisecond || s.lease > MaxLease) {
+		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v]", ErrInvalidOption, s.lease, MaxLease)
+	}
+	return s, nil
+}
+
+// Name returns the semaphore's name, which is also its Redis key.
+func (s *PermitSemaphore) Name() string { return s.name }
+
+func (s *PermitSemaphore) check(ctx context.Context) error {
+	if s == nil {
+		return syncCheck(nil, ctx, "PermitSemaphore")
+	}
+	return syncCheck(s.c, ctx, "PermitSemaphore")
+}
+
+func (s *PermitSemaphore) keys() []string { return []string{s.name, s.timeouts, s.channel} }
+
+// leaseOf is the lease a permit is taken or renewed with: the fixed one,
+// or the watchdog timeout.
+func (s *PermitSemaphore) leaseOf(fixed time.Duration) time.Duration {
+	if fixed > 0 {
+		return fixed
+	}
+	return s.c.cfg.watchdogTimeout
+}
+
+// TrySetPermits sets the number of available permits to n (n >= 0) if the
+// semaphore has not been set yet, and wakes waiters. It reports whether it
+// set them.
+func (s *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	if n < 0 {
+		return false, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
+	}
+	set, err := runScript(ctx, s.c, scripts.SemTrySet, []string{s.name, s.channel}, n, s.c.publish).Int()
+	if err != nil {
+		return false, fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, err)
+	}
+	return set == 1, nil
+}
+
+// SetPermits makes the semaphore's total, the permits available plus those
+// held, n (n >= 0), and wakes waiters. Held permits stay held: when the
+// total shrinks below them, the available count goes negative until
+// enough are released.
+func (s *PermitSemaphore) SetPermits(ctx context.Context, n int) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
+	}
+	if err := runScript(ctx, s.c, scripts.PsemSet, s.keys(), nowMillis(time.Now()), s.c.publish, n).Err(); err != nil {
+		return fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, err)
+	}
+	return nil
+}
+
+// AddPermits adds delta permits to the available ones (negative: removes
+// them), creating the semaphore if needed, and wakes waiters when delta is
+// positive. A delta of 0 does nothing.
+func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if delta == 0 {
+		return nil
+	}
+	if err := runScript(ctx, s.c, scripts.PsemAdd, s.keys(), nowMillis(time.Now()), s.c.publish, delta).Err(); err != nil {
+		return fmt.Errorf("dlock: semaphore %q: add %d permits: %w", s.name, delta, err)
+	}
+	return nil
+}
+
+// Acquire takes one permit, waiting as long as ctx allows; a ctx deadline
+// is the longest wait. It returns the permit context: pass it to Release
+// and UpdateLease, and down the call chain. The permit context carries
+// ctx's values but not its cancellation: it ends with Release (cause
+// ErrUnlocked), and it is cancelled with cause ErrLockLost if the permit
+// expires or is taken back first. When ctx ends first the error wraps
+// ErrNotObtained and ctx.Err().
+//
+// Waiting is push: the waiter subscribes to the semaphore's channel and
+// tries again on each message, when the earliest held permit expires, and
+// at least every second, so a lost message costs a second, never a hang.
+// An attempt whose reply was lost gives its permit back: the permit's id
+// is made here, so it can be.
+func (s *PermitSemaphore) Acquire(ctx context.Context) (context.Context, error) {
+	return s.acquire(ctx, false)
+}
+
+// TryAcquire takes one permit if one is available now, without waiting;
+// otherwise the error wraps ErrNotObtained. It is otherwise like Acquire.
+func (s *PermitSemaphore) TryAcquire(ctx context.Context) (context.Context, error) {
+	return s.acquire(ctx, true)
+}
+
+// errNoPermit says why TryAcquire got nothing.
+var errNoPermit = errors.New("no permit available")
+
+func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (context.Context, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var got context.Context
+	err := wait(ctx, s.c, s.channel, nil, func() (bool, time.Duration, error) {
+		p, next, err := s.attempt(ctx)
+		switch {
+		case err != nil:
+			if doneErr(ctx) != nil {
+				return false, 0, nil // wait returns ctx's error
+			}
+			return false, 0, err
+		case p != nil:
+			got = p
+			return true, 0, nil
+		case try:
+			return false, 0, errNoPermit
+		}
+		return false, next, nil
+	})
+	switch {
+	case errors.Is(err, errGaveUp):
+		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, doneErr(ctx))
+	case errors.Is(err, errNoPermit):
+		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, errNoPermit)
+	case err != nil:
+		return nil, err
+	}
+	return got, nil
+}
+
+// attempt runs the acquire script once. It returns the permit context when
+// it took a permit, and otherwise how long to wait at most (0: until a
+// message or the poll).
+func (s *PermitSemaphore) attempt(ctx context.Context) (context.Context, time.Duration, error) {
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return nil, 0, fmt.Errorf("dlock: semaphore %q: permit id: %w", s.name, err)
+	}
+	id := string(raw[:])
+	lease := s.leaseOf(s.lease)
+	start := time.Now()
+	now := nowMillis(start)
+	res, err := runScript(ctx, s.c, scripts.PsemAcquire, s.keys(), now, s.c.publish, now+lease.Milliseconds(), id, noExpiryScore).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, 0, nil // none free, none expiring
+	case err != nil:
+		// The script may have run all the same: give the permit back.
+		s.giveBack(ctx, id)
+		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire: %w", s.name, err)
+	case res == "OK":
+		if time.Since(start) >= lease {
+			// The reply came after the lease it set had run out: the
+			// permit may have been reclaimed and handed on. Try again.
+			s.giveBack(ctx, id)
+			return nil, time.Millisecond, nil
+		}
+		pctx, err := s.c.permits().add(ctx, s, id, start)
+		if err != nil {
+			s.giveBack(ctx, id)
+			return nil, 0, err
+		}
+		return pctx, 0, nil
+	case strings.HasPrefix(res, ":"):
+		// The earliest expiry of a held permit, on its writer's clock.
+		if ms, err := strconv.ParseInt(res[1:], 10, 64); err == nil {
+			return nil, max(time.Until(time.UnixMilli(ms)), time.Millisecond), nil
+		}
+	}
+	return nil, 0, nil
+}
+
+// giveBack releases a permit the caller will not get.
+func (s *PermitSemaphore) giveBack(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := runScript(ctx, s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, id).Err(); err != nil {
+		s.c.cfg.logger.Warn("dlock: giving back a permit failed; it expires with its lease", "semaphore", s.name, "error", err)
+	}
+}
+
+// permitFrom returns the permit of this semaphore that permitCtx carries.
+func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error) {
+	p, ok := permitCtx.Value(permitKey{s.c, s.name}).(*permit)
+	if !ok {
+		return nil, fmt.Errorf("%w: semaphore %q: the context carries no permit of this semaphore; pass the context Acquire returned", ErrNotHeld, s.name)
+	}
+	return p, nil
+}
+
+// Release gives back the permit that permitCtx holds (a context returned
+// by Acquire or TryAcquire on this semaphore, or derived from one) and
+// wakes waiters; permitCtx ends with cause ErrUnlocked. The error wraps
+// ErrNotHeld when permitCtx carries no permit of this semaphore, when the
+// permit was already released, or when Redis no longer has it (it expired
+// and was reclaimed). A permit that expired but was not reclaimed yet is
+// given back without error: nobody else had it. After an error that is not
+// ErrNotHeld, Release may be called again; it then reports ErrNotHeld if
+// the first call did reach Redis.
+func (s *PermitSemaphore) Release(permitCtx context.Context) error {
+	if err := s.check(permitCtx); err != nil {
+		return err
+	}
+	p, err := s.permitFrom(permitCtx)
+	if err != nil {
+		return err
+	}
+	if !p.startRelease() {
+		return fmt.Errorf("%w: semaphore %q: this permit was already released", ErrNotHeld, s.name)
+	}
+	// The permit context may be cancelled already (lost permit); the
+	// release still has to reach Redis, which may have the permit yet.
+	ctx := context.WithoutCancel(permitCtx)
+	n, err := runScript(ctx, s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, p.id).Int()
+	if err != nil {
+		p.abortRelease()
+		return fmt.Errorf("dlock: semaphore %q: release: %w", s.name, err)
+	}
+	if n == 0 {
+		p.end(fmt.Errorf("%w: semaphore %q: permit not held at release", ErrLockLost, s.name))
+		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
+	}
+	p.end(ErrUnlocked)
+	return nil
+}
+
+// UpdateLease sets the lease of the permit permitCtx holds: with lease > 0
+// it expires lease from now and is no longer renewed; with lease 0 the
+// watchdog renews it from now on. The error wraps ErrNotHeld (and
+// permitCtx is cancelled with cause ErrLockLost) when Redis no longer has
+// the permit.
+func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Duration) error {
+	if err := s.check(permitCtx); err != nil {
+		return err
+	}
+	if lease < 0 || lease > MaxLease || lease > 0 && lease < time.Millisecond {
+		return fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or 0 for the watchdog)", ErrInvalidOption, lease, MaxLease)
+	}
+	p, err := s.permitFrom(permitCtx)
+	if err != nil {
+		return err
+	}
+	if p.isReleased() {
+		return fmt.Errorf("%w: semaphore %q: this permit was already released", ErrNotHeld, s.name)
+	}
+	d := s.leaseOf(lease)
+	start := time.Now()
+	now := nowMillis(start)
+	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), now, s.c.publish, now+d.Milliseconds(), p.id).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("dlock: semaphore %q: update lease: %w", s.name, err)
+	}
+	if len(held) != 1 || held[0] != 1 {
+		p.end(fmt.Errorf("%w: semaphore %q: permit not held at lease update", ErrLockLost, s.name))
+		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
+	}
+	s.c.permits().relet(p, lease == 0, start.Add(d))
+	return nil
+}
+
+// PermitID returns the id of the permit permitCtx holds, as Redisson shows
+// permit ids: 32 lowercase hex digits. ok is false when permitCtx carries
+// no permit of this semaphore.
+func (s *PermitSemaphore) PermitID(permitCtx context.Context) (id string, ok bool) {
+	if s == nil || permitCtx == nil {
+		return "", false
+	}
+	p, err := s.permitFrom(permitCtx)
+	if err != nil {
+		return "", false
+	}
+	return hex.EncodeToString([]byte(p.id)), true
+}
+
+// ReleaseID gives back the permit with the given id (32 hex digits, as
+// PermitID and Redisson show it), whoever holds it: a permit of a process
+// that hung, or one a Java client took. Its holder finds out at its next
+// renewal or Release. The error wraps ErrNotHeld when no such permit is
+// held.
+func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	raw, err := hex.DecodeString(id)
+	if err != nil || len(raw) != 16 {
+		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
+	}
+	n, err := runScript(context.WithoutCancel(ctx), s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, raw).Int()
+	if err != nil {
+		return fmt.Errorf("dlock: semaphore %q: release %s: %w", s.name, id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	}
+	return nil
+}
+
+// AvailablePermits returns the number of permits available, after
+// returning expired ones to the pool: 0 for a semaphore never set.
+func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
+	available, _, err := s.counts(ctx)
+	return available, err
+}
+
+// AcquiredPermits returns the number of permits held, after returning
+// expired ones to the pool.
+func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
+	_, acquired, err := s.counts(ctx)
+	return acquired, err
+}
+
+func (s *PermitSemaphore) counts(ctx context.Context) (available, acquired int, err error) {
+	if err := s.check(ctx); err != nil {
+		return 0, 0, err
+	}
+	v, err := runScript(ctx, s.c, scripts.PsemCount, s.keys(), nowMillis(time.Now()), s.c.publish).Int64Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("unexpected reply %v", v)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("dlock: semaphore %q: count permits: %w", s.name, err)
+	}
+	return int(v[0]), int(v[1]), nil
+}
+
+// PermitInfo describes one permit held.
+type PermitInfo struct {
+	// ID is the permit's id as PermitID shows it.
+	ID string
+	// Expires is when the permit expires, on the clock of the client that
+	// set it; zero for a Redisson permit without lease.
+	Expires time.Time
+}
+
+// Permits lists the permits held, earliest expiry first (expired ones that
+// no script has reclaimed yet included).
+func (s *PermitSemaphore) Permits(ctx context.Context) ([]PermitInfo, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	zs, err := s.c.rdb.ZRangeWithScores(ctx, s.timeouts, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("dlock: semaphore %q: list permits: %w", s.name, err)
+	}
+	out := make([]PermitInfo, 0, len(zs))
+	for _, z := range zs {
+		member, _ := z.Member.(string)
+		info := PermitInfo{ID: hex.EncodeToString([]byte(member))}
+		if strconv.FormatFloat(z.Score, 'f', -1, 64) != noExpiryScore {
+			info.Expires = time.UnixMilli(int64(z.Score))
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Delete deletes the semaphore and its permits, as Redisson's delete does:
+// without a message. Holders find out at their next renewal or Release. It
+// reports whether there was anything to delete.
+func (s *PermitSemaphore) Delete(ctx context.Context) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	n, err := s.c.rdb.Del(ctx, s.name, s.timeouts).Result()
+	if err != nil {
+		return false, fmt.Errorf("dlock: semaphore %q: delete: %w", s.name, err)
+	}
+	return n > 0, nil
+}
+
+// permitKey finds a permit of one semaphore in a permit context.
+type permitKey struct {
+	c    *Client
+	name string
+}
+
+// permit is one permit held by this process.
+type permit struct {
+	s      *PermitSemaphore
+	id     string // 16 raw bytes
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	watchdog  bool // renewed by the Client's renewer
+	timer     *time.Timer
+	ended     bool // its context is cancelled
+	releasing bool // Release was called (and did not fail)
+}
+
+// startRelease marks the permit as being released; false if it already was.
+func (p *permit) startRelease() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.releasing {
+		return false
+	}
+	p.releasing = true
+	return true
+}
+
+func (p *permit) abortRelease() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.releasing = false
+}
+
+func (p *permit) isReleased() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.releasing
+}
+
+// end cancels the permit context with cause and forgets the permit.
+func (p *permit) end(cause error) {
+	p.mu.Lock()
+	if p.ended {
+		p.mu.Unlock()
+		return
+	}
+	p.ended = true
+	p.timer.Stop()
+	p.mu.Unlock()
+	p.cancel(cause)
+	p.s.c.permits().remove(p)
+}
+
+// extend moves the permit's local expiry to at, unless it ended.
+func (p *permit) extend(at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.ended {
+		p.timer.Reset(time.Until(at))
+	}
+}
+
+// permitSet is a Client's permits and the goroutine that renews those
+// without a fixed lease.
+type permitSet struct {
+	c       *Client
+	mu      sync.Mutex
+	permits map[*permit]struct{}
+	renewed int           // how many have watchdog set
+	stop    chan struct{} // closed to stop the renewer; nil when none runs
+	done    chan struct{} // closed when the renewer has stopped
+	closed  bool
+}
+
+var permitSets = struct {
+	sync.Mutex
+	m map[*Client]*permitSet
+}{m: map[*Client]*permitSet{}}
+
+// permits returns c's permit set, made on first use.
+func (c *Client) permits() *permitSet {
+	permitSets.Lock()
+	defer permitSets.Unlock()
+	ps := permitSets.m[c]
+	if ps == nil {
+		ps = &permitSet{c: c, permits: map[*permit]struct{}{}}
+		if c.isClosed() {
+			ps.closed = true // Close has run: nothing to stop later
+		} else {
+			permitSets.m[c] = ps
+		}
+	}
+	return ps
+}
+
+// closePermits is called by Client.Close: the renewer stops and every
+// permit context is cancelled with cause ErrClosed.
+func closePermits(c *Client) {
+	permitSets.Lock()
+	ps := permitSets.m[c]
+	delete(permitSets.m, c)
+	permitSets.Unlock()
+	if ps == nil {
+		return
+	}
+	ps.mu.Lock()
+	ps.closed = true
+	stop, done := ps.stop, ps.done
+	ps.stop = nil
+	held := make([]*permit, 0, len(ps.permits))
+	for p := range ps.permits {
+		held = append(held, p)
+	}
+	ps.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	for _, p := range held {
+		p.end(ErrClosed)
+	}
+}
+
+// add registers a permit taken at start and returns its context, derived
+// from ctx's values.
+func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, start time.Time) (context.Context, error) {
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	p := &permit{s: s, id: id, cancel: cancel, watchdog: s.lease == 0}
+	lease := s.leaseOf(s.lease)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		cancel(ErrClosed)
+		return nil, ErrClosed
+	}
+	p.mu.Lock() // the timer may fire at once: p.end must find it set
+	p.timer = time.AfterFunc(time.Until(start.Add(lease)), func() {
+		p.end(fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, s.name))
+	})
+	p.mu.Unlock()
+	ps.permits[p] = struct{}{}
+	if p.watchdog {
+		ps.renewed++
+		ps.startLocked()
+	}
+	return context.WithValue(pctx, permitKey{s.c, s.name}, p), nil
+}
+
+// remove forgets a permit that ended.
+func (ps *permitSet) remove(p *permit) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if _, ok := ps.permits[p]; !ok {
+		return
+	}
+	delete(ps.permits, p)
+	p.mu.Lock()
+	renewed := p.watchdog
+	p.mu.Unlock()
+	if renewed {
+		ps.renewed--
+		ps.stopIfIdleLocked()
+	}
+}
+
+// relet records a permit's new lease: renewed by the watchdog or not, and
+// expiring at until.
+func (ps *permitSet) relet(p *permit, watchdog bool, until time.Time) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p.mu.Lock()
+	was := p.watchdog
+	p.watchdog = watchdog
+	p.mu.Unlock()
+	p.extend(until)
+	if _, ok := ps.permits[p]; !ok || was == watchdog {
+		return
+	}
+	if watchdog {
+		ps.renewed++
+		ps.startLocked()
+	} else {
+		ps.renewed--
+		ps.stopIfIdleLocked()
+	}
+}
+
+func (ps *permitSet) startLocked() {
+	if ps.stop != nil || ps.closed {
+		return
+	}
+	ps.stop, ps.done = make(chan struct{}), make(chan struct{})
+	go ps.renewLoop(ps.stop, ps.done)
+}
+
+func (ps *permitSet) stopIfIdleLocked() {
+	if ps.renewed == 0 && ps.stop != nil {
+		close(ps.stop)
+		ps.stop = nil
+	}
+}
+
+// renewLoop renews the permits without a fixed lease every third of the
+// watchdog timeout until stop is closed.
+func (ps *permitSet) renewLoop(stop, done chan struct{}) {
+	defer close(done)
+	interval := ps.c.cfg.watchdogTimeout / 3
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ticker.C:
+			tctx, tcancel := context.WithTimeout(ctx, interval)
+			ps.renew(tctx)
+			tcancel()
+		}
+	}
+}
+
+// renew renews every watchdog permit, one script call per semaphore.
+func (ps *permitSet) renew(ctx context.Context) {
+	groups := map[string][]*permit{}
+	ps.mu.Lock()
+	for p := range ps.permits {
+		p.mu.Lock()
+		if p.watchdog && !p.releasing {
+			groups[p.s.name] = append(groups[p.s.name], p)
+		}
+		p.mu.Unlock()
+	}
+	ps.mu.Unlock()
+	lease := ps.c.cfg.watchdogTimeout
+	for _, group := range groups {
+		s := group[0].s
+		start := time.Now()
+		now := nowMillis(start)
+		args := []any{now, ps.c.publish, now + lease.Milliseconds()}
+		for _, p := range group {
+			args = append(args, p.id)
+		}
+		held, err := runScript(ctx, ps.c, scripts.PsemLease, s.keys(), args...).Int64Slice()
+		if err == nil && len(held) != len(group) {
+			err = fmt.Errorf("unexpected reply %v", held)
+		}
+		if err != nil {
+			if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				ps.c.cfg.logger.Warn("dlock: permit renewal failed; retrying at the next tick", "semaphore", s.name, "error", err)
+			}
+			continue
+		}
+		for i, p := range group {
+			if held[i] == 1 {
+				p.extend(start.Add(lease))
+			} else if !p.isReleased() {
+				p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
+			}
+		}
+	}
+}
