@@ -1,14 +1,11 @@
 package main
 
 import (
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// spinTail is the part of a pause spent spinning rather than sleeping: the
-// usual overshoot of nanosleep on this kind of machine.
-const spinTail = 100 * time.Microsecond
 
 // monoNow returns CLOCK_MONOTONIC in nanoseconds. Every process on the
 // machine reads the same clock, so timestamps taken in different worker
@@ -46,19 +43,39 @@ func calibrate() monoPair {
 	return best
 }
 
-// pause blocks the goroutine for d, the simulated work of a worker. It
-// sleeps with nanosleep and spins the last spinTail: time.Sleep cannot be
-// used because the Go runtime rounds sleeps below 1 ms up to about 1.1 ms,
-// which would turn a 200 µs critical section into a 1 ms one.
-func pause(d time.Duration) {
-	end := monoNow() + int64(d)
-	if d > spinTail {
-		ts := unix.NsecToTimespec(int64(d - spinTail))
-		_ = unix.Nanosleep(&ts, nil)
+// burner is a calibrated busy loop: CPU-bound work of a given length
+// on an idle core, which takes longer when the core is shared, as real
+// work does.
+type burner struct{ perIter float64 } // ns per iteration
+
+// sink keeps the compiler from removing the loop.
+var sink atomic.Uint64
+
+func spin(n int) {
+	x := uint64(n) | 1
+	for range n {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
 	}
-	for monoNow() < end {
-	}
+	sink.Add(x)
 }
+
+// newBurner times the loop and keeps the fastest of several runs: the
+// speed of an idle core.
+func newBurner() burner {
+	const n = 100_000
+	best := time.Duration(1<<63 - 1)
+	for range 20 {
+		start := time.Now()
+		spin(n)
+		best = min(best, time.Since(start))
+	}
+	return burner{perIter: float64(best) / n}
+}
+
+// burn works the CPU for about d.
+func (b burner) burn(d time.Duration) { spin(int(float64(d) / b.perIter)) }
 
 // sleepUntil sleeps until CLOCK_MONOTONIC reaches t.
 func sleepUntil(t int64) {

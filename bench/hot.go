@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -13,47 +12,62 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// hotKey is the one lock every worker of the hot-lock scenario fights for.
+// hotKey is the one lock every goroutine of the hot-lock scenario fights
+// for.
 const hotKey = "bench:hot"
 
 // acqEvent is one acquisition in the hot-lock scenario, in CLOCK_MONOTONIC
 // nanoseconds: when Lock was called, when it returned, and when the holder
 // called its unlock.
 type acqEvent struct {
-	G                            int32 // goroutine, unique across processes
+	G                            int32 // goroutine
 	WaitStart, Acquired, Release int64
 }
 
-// hotWorkerResult is what one worker process saw.
+// hotWorkerResult is what the worker process saw.
 type hotWorkerResult struct {
 	Events []acqEvent
 	// Pending are the start times of the waits that the end of the run
 	// cut short: their length is a lower bound of the longest wait.
 	Pending    []int64
+	RoundTrips int64 // counted by the clients' hooks in [T0, T1)
 	Errors     int
 	FirstError string
 	CPU        time.Duration // CPU time the process used in [T0, T1)
 }
 
-// hotWorker runs j.Goroutines goroutines that take the hot lock again and
-// again: each holds it for j.Hold and then works j.OutsideMin–OutsideMax
-// without it, from j.Begin until j.T1.
+// hotWorker opens j.Clients lockers (each its own client and connection
+// pool) and runs j.Goroutines goroutines on each that take the hot lock
+// again and again: hold it for j.Work of CPU-bound work, release it, sleep
+// j.Think, from j.Begin until j.T1.
 func hotWorker(j job, l lib) (*hotWorkerResult, error) {
-	lk, err := l.open(j.Addr, 0)
-	if err != nil {
-		return nil, err
+	lks := make([]locker, j.Clients)
+	for i := range lks {
+		lk, err := l.open(j.Addr, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer closeLocker(lk)
+		lks[i] = lk
 	}
-	defer closeLocker(lk)
+	roundTrips := func() (n int64) {
+		for _, lk := range lks {
+			n += lk.roundTrips()
+		}
+		return n
+	}
+	b := newBurner()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var cpu0, cpu1 time.Duration
+	var rt0, rt1 int64
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		sleepUntil(j.T0)
-		cpu0 = cpuTime()
+		cpu0, rt0 = cpuTime(), roundTrips()
 		sleepUntil(j.T1)
-		cpu1 = cpuTime()
+		cpu1, rt1 = cpuTime(), roundTrips()
 		cancel()
 	}()
 
@@ -61,59 +75,60 @@ func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sleepUntil(j.Begin)
-	for g := range j.Goroutines {
-		gid := int32(j.Worker*j.Goroutines + g)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(gid), uint64(j.Begin)))
-			var events []acqEvent
-			var pending []int64
-			errs, first := 0, ""
-			for ctx.Err() == nil {
-				start := monoNow()
-				unlock, err := lk.lock(ctx, hotKey)
-				if err != nil {
-					if ctx.Err() != nil {
-						pending = append(pending, start)
-						break
+	for c, lk := range lks {
+		for g := range j.Goroutines {
+			gid := int32(c*j.Goroutines + g)
+			wg.Go(func() {
+				var events []acqEvent
+				var pending []int64
+				errs, first := 0, ""
+				for ctx.Err() == nil {
+					start := monoNow()
+					unlock, err := lk.lock(ctx, hotKey)
+					if err != nil {
+						if ctx.Err() != nil {
+							pending = append(pending, start)
+							break
+						}
+						if errs++; first == "" {
+							first = err.Error()
+						}
+						time.Sleep(j.Think)
+						continue
 					}
-					if errs++; first == "" {
-						first = err.Error()
+					got := monoNow()
+					b.burn(j.Work)
+					release := monoNow()
+					if err := unlock(context.Background()); err != nil {
+						if errs++; first == "" {
+							first = "unlock: " + err.Error()
+						}
 					}
-					pause(time.Millisecond)
-					continue
+					events = append(events, acqEvent{G: gid, WaitStart: start, Acquired: got, Release: release})
+					time.Sleep(j.Think)
 				}
-				got := monoNow()
-				pause(j.Hold)
-				release := monoNow()
-				if err := unlock(context.Background()); err != nil {
-					if errs++; first == "" {
-						first = "unlock: " + err.Error()
-					}
+				mu.Lock()
+				defer mu.Unlock()
+				res.Events = append(res.Events, events...)
+				res.Pending = append(res.Pending, pending...)
+				res.Errors += errs
+				if res.FirstError == "" {
+					res.FirstError = first
 				}
-				events = append(events, acqEvent{G: gid, WaitStart: start, Acquired: got, Release: release})
-				pause(j.OutsideMin + time.Duration(rng.Int64N(int64(j.OutsideMax-j.OutsideMin)+1)))
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			res.Events = append(res.Events, events...)
-			res.Pending = append(res.Pending, pending...)
-			res.Errors += errs
-			if res.FirstError == "" {
-				res.FirstError = first
-			}
-		}()
+			})
+		}
 	}
 	wg.Wait()
 	<-sampled
 	res.CPU = cpu1 - cpu0
+	res.RoundTrips = rt1 - rt0
 	return res, nil
 }
 
 // hotResult is one library's hot-lock run.
 type hotResult struct {
 	Lib      string
+	Hook     string
 	Acq      int     // acquisitions in the window
 	PerSec   float64 // acquisitions per second
 	Waits    []int64 // wait of every acquisition in the window (ns)
@@ -121,20 +136,20 @@ type hotResult struct {
 	MaxWait  int64 // longest wait, cut-short waits included
 	Handoff  summary
 	HoldMean int64 // mean time from Lock returning to the unlock call
-	Overlaps int   // acquisitions that started before the previous holder's unlock: must be 0
-	// Commands per acquisition: sent by the library, and executed by the
-	// server including those its scripts call.
-	ClientPerAcq, TotalPerAcq float64
-	ByCmd                     map[string]int64
-	RedisCPU, ClientCPU       time.Duration
-	Window                    time.Duration
-	MinPerG, MaxPerG          int // acquisitions per goroutine
-	Errors                    int
-	FirstError                string
+	Overlaps int   // acquisitions that returned before the previous holder's unlock call: must be 0
+	// Per acquisition: round trips counted by the client hook, pub/sub
+	// (un)subscriptions and all commands executed (INFO commandstats).
+	RoundTrips, Subscribes, Executed float64
+	RedisCPU, ClientCPU              time.Duration // in the window
+	Window                           time.Duration
+	MinPerG, MaxPerG                 int // acquisitions per goroutine
+	Left                             footprint
+	Errors                           int
+	FirstError                       string
 }
 
-// runHot runs the hot-lock scenario for one library: cfg.procs worker
-// processes of cfg.perProc goroutines each on a fresh redis-server.
+// runHot runs the hot-lock scenario for one library in one worker process
+// on a fresh redis-server.
 func runHot(cfg config, l lib) (*hotResult, error) {
 	srv, err := startRedis()
 	if err != nil {
@@ -147,18 +162,12 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 	begin := monoNow() + int64(cfg.spawn)
 	t0 := begin + int64(cfg.warm)
 	t1 := t0 + int64(cfg.hotWindow)
-	jobs := make([]job, cfg.procs)
-	results := make([]any, cfg.procs)
-	for i := range jobs {
-		jobs[i] = job{
-			Mode: "hot", Lib: l.id, Addr: srv.addr, Worker: i, Goroutines: cfg.perProc,
-			Begin: begin, T0: t0, T1: t1,
-			Hold: cfg.hold, OutsideMin: cfg.outsideMin, OutsideMax: cfg.outsideMax,
-		}
-		if cfg.profileDir != "" {
-			jobs[i].Profile = filepath.Join(cfg.profileDir, fmt.Sprintf("hot-%s-%d.pprof", l.id, i))
-		}
-		results[i] = &hotWorkerResult{}
+	j := job{
+		Mode: "hot", Lib: l.id, Addr: srv.addr, Clients: cfg.clients, Goroutines: cfg.perClient,
+		Begin: begin, T0: t0, T1: t1, Work: cfg.work, Think: cfg.think,
+	}
+	if cfg.profileDir != "" {
+		j.Profile = filepath.Join(cfg.profileDir, fmt.Sprintf("hot-%s.pprof", l.id))
 	}
 	var s0, s1 serverStats
 	var sErr error
@@ -173,7 +182,8 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 			s1, sErr = sampleServer(ctx, admin)
 		}
 	}()
-	err = runJobs(jobs, results)
+	w := &hotWorkerResult{}
+	left, err := runOn([]string{srv.addr}, []job{j}, []any{w})
 	<-sampled
 	if err != nil {
 		return nil, err
@@ -182,34 +192,24 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 		return nil, sErr
 	}
 
-	r := &hotResult{Lib: l.id, Window: time.Duration(t1 - t0)}
-	var events []acqEvent
-	var pending []int64
-	for _, x := range results {
-		w := x.(*hotWorkerResult)
-		events = append(events, w.Events...)
-		pending = append(pending, w.Pending...)
-		r.Errors += w.Errors
-		if r.FirstError == "" {
-			r.FirstError = w.FirstError
-		}
-		r.ClientCPU += w.CPU
-	}
-	analyzeHot(r, events, pending, t0, t1, cfg.procs*cfg.perProc)
-	d := s1.delta(s0, l.clientCmds)
+	r := &hotResult{Lib: l.id, Hook: l.hook, Window: time.Duration(t1 - t0), Left: left,
+		Errors: w.Errors, FirstError: w.FirstError, ClientCPU: w.CPU}
+	analyzeHot(r, w.Events, w.Pending, t0, t1, cfg.clients*cfg.perClient)
+	d := s1.delta(s0)
 	r.RedisCPU = d.cpu
-	r.ByCmd = d.byCmd
 	if r.Acq > 0 {
-		r.ClientPerAcq = float64(d.client) / float64(r.Acq)
-		r.TotalPerAcq = float64(d.total) / float64(r.Acq)
+		n := float64(r.Acq)
+		r.RoundTrips = float64(w.RoundTrips) / n
+		r.Subscribes = float64(d.subscribes) / n
+		r.Executed = float64(d.total) / n
 	}
 	return r, nil
 }
 
-// analyzeHot orders the acquisitions of every process in time: the lock
-// passes from each one to the next. An acquisition whose Lock call began
-// before the previous holder's unlock waited for it, and the time from
-// that unlock call to its Lock returning is a handoff.
+// analyzeHot orders the acquisitions in time: the lock passes from each
+// one to the next. An acquisition whose Lock call began before the
+// previous holder's unlock waited for it, and the time from that unlock
+// call to its Lock returning is a handoff.
 func analyzeHot(r *hotResult, events []acqEvent, pending []int64, t0, t1 int64, goroutines int) {
 	slices.SortFunc(events, func(a, b acqEvent) int { return cmp.Compare(a.Acquired, b.Acquired) })
 	var handoffs []int64
@@ -231,8 +231,6 @@ func analyzeHot(r *hotResult, events []acqEvent, pending []int64, t0, t1 int64, 
 		prev := events[i-1]
 		switch {
 		case e.Acquired < prev.Release:
-			// Lock returned before the holder even called unlock: two
-			// holders at once.
 			r.Overlaps++
 		case e.WaitStart < prev.Release:
 			handoffs = append(handoffs, e.Acquired-prev.Release)

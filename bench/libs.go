@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -23,16 +24,16 @@ type locker interface {
 	// function that releases it. ctx must stay alive until then
 	// (rueidislock releases a lock whose ctx ends).
 	lock(ctx context.Context, name string) (unlock func(context.Context) error, err error)
+	// roundTrips is the number of commands and pipelines the library's
+	// client has sent so far, counted by a hook on the client.
+	roundTrips() int64
 	close()
 }
 
 // lib is one library, configured as a user would configure it.
 type lib struct {
 	id       string // stable name used in flags, jobs and tables
-	settings string // how it is configured, for the report
-	// clientCmds are the commands the library sends itself; INFO
-	// commandstats also counts the commands its scripts call.
-	clientCmds []string
+	settings string // its configuration, for the report
 	// open connects to Redis. A renewal > 0 asks for locks whose lease is
 	// kept alive every renewal/3 with a lease of renewal (the watchdog
 	// scenario); the libraries without a watchdog get the refresh
@@ -40,62 +41,77 @@ type lib struct {
 	open func(addr string, renewal time.Duration) (locker, error)
 	// redisKey is the key that holds the lock called name.
 	redisKey func(name string) string
+	// hook says how roundTrips counts.
+	hook string
 }
 
-// Commands the go-redis based libraries send.
-var (
-	scriptCmds = []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "script"}
-	dlockCmds  = append([]string{"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "ping"}, scriptCmds...)
-)
-
-// Lease of the peers' locks outside the watchdog scenario: dlock's
-// watchdog lease, far longer than any hold in the bench (the waiter-scale
-// scenario holds its locks for several seconds).
+// Lease of the fixed-lease locks: dlock's watchdog lease, longer than any
+// hold in the bench.
 const peerTTL = 30 * time.Second
+
+const goredisHook = "go-redis hook (Process and ProcessPipeline calls)"
 
 var libs = []lib{
 	{
-		id:         "dlock",
-		settings:   "`Mutex`, watchdog lease 30 s, pub/sub wake-up (one subscription per Client)",
-		clientCmds: dlockCmds,
+		id:       "dlock",
+		settings: "`Mutex`, watchdog lease (30 s)",
 		open: func(addr string, r time.Duration) (locker, error) {
 			return openDlock(addr, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewMutex(name) })
 		},
 	},
 	{
-		id:         "dlock-fair",
-		settings:   "`FairMutex` (Redisson FairLock: FIFO queue, each waiter woken on its own channel), watchdog lease 30 s",
-		clientCmds: dlockCmds,
+		id:       "dlock-lease",
+		settings: "`Mutex` with `WithLease(30s)`",
+		open: func(addr string, r time.Duration) (locker, error) {
+			return openDlock(addr, r, func(c *dlock.Client, name string) (dlock.Locker, error) {
+				return c.NewMutex(name, dlock.WithLease(peerTTL))
+			})
+		},
+	},
+	{
+		id:       "dlock-fair",
+		settings: "`FairMutex`, watchdog lease (30 s)",
 		open: func(addr string, r time.Duration) (locker, error) {
 			return openDlock(addr, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewFairMutex(name) })
 		},
 	},
 	{
-		id:         "redsync",
-		settings:   "one pool (go-redis v9), expiry 30 s, default retry delay rand(50–250 ms), tries unlimited",
-		clientCmds: append([]string{"set"}, scriptCmds...),
-		open:       openRedsync,
+		id:       "redsync",
+		settings: "one pool (go-redis v9), expiry 30 s, default retry delay rand(50–250 ms), tries unlimited",
+		open:     openRedsync,
 	},
 	{
-		id:         "redislock-1ms",
-		settings:   "`Obtain` with `LinearBackoff(1 ms)`, TTL 30 s",
-		clientCmds: scriptCmds,
-		open:       func(addr string, r time.Duration) (locker, error) { return openRedislock(addr, r, time.Millisecond) },
+		id:       "redislock-1ms",
+		settings: "`Obtain` with `LinearBackoff(1 ms)`, TTL 30 s",
+		open:     func(addr string, r time.Duration) (locker, error) { return openRedislock(addr, r, time.Millisecond) },
 	},
 	{
-		id:         "redislock-10ms",
-		settings:   "`Obtain` with `LinearBackoff(10 ms)`, TTL 30 s",
-		clientCmds: scriptCmds,
-		open:       func(addr string, r time.Duration) (locker, error) { return openRedislock(addr, r, 10*time.Millisecond) },
+		id:       "redislock-10ms",
+		settings: "`Obtain` with `LinearBackoff(10 ms)`, TTL 30 s",
+		open:     func(addr string, r time.Duration) (locker, error) { return openRedislock(addr, r, 10*time.Millisecond) },
 	},
 	{
-		id:         "rueidislock",
-		settings:   "`KeyMajority` 1 (one key, as in its README benchmark), `NoLoopTracking` (needs Redis ≥ 7.0.5), validity 5 s auto-extended, client-side-caching wake-up",
-		clientCmds: scriptCmds,
-		open:       openRueidislock,
-		// KeyMajority 1: one key, number 0.
+		id:       "rueidislock",
+		settings: "`KeyMajority` 1, `NoLoopTracking`, validity 5 s auto-extended, client-side-caching wake-up",
+		open:     openRueidislock,
 		redisKey: func(name string) string { return "rueidislock:0:" + name },
+		hook:     "rueidis.Client wrapper (Do, DoMulti, DoStream, DoMultiStream, Receive; DoCache only on a miss)",
 	},
+}
+
+func libByID(id string) (lib, error) {
+	for _, l := range libs {
+		if l.id == id {
+			if l.redisKey == nil {
+				l.redisKey = func(name string) string { return name }
+			}
+			if l.hook == "" {
+				l.hook = goredisHook
+			}
+			return l, nil
+		}
+	}
+	return lib{}, fmt.Errorf("bench: unknown library %q", id)
 }
 
 // closeLocker closes lk, giving up after 10 s: a library that hung
@@ -109,29 +125,48 @@ func closeLocker(lk locker) {
 	}
 }
 
-func libByID(id string) (lib, error) {
-	for _, l := range libs {
-		if l.id == id {
-			if l.redisKey == nil {
-				l.redisKey = func(name string) string { return name }
-			}
-			return l, nil
-		}
+// counter is a go-redis hook that counts round trips: every command
+// processed on its own and every pipeline counts one.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
 	}
-	return lib{}, fmt.Errorf("bench: unknown library %q", id)
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// newRDB returns a default go-redis client for addr with a round-trip
+// counter hooked in.
+func newRDB(addr string) (*redis.Client, *counter) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	c := &counter{}
+	rdb.AddHook(c)
+	return rdb, c
 }
 
 // dlock
 
 type dlockLocker struct {
-	rdb     *redis.Client
+	rdbs    []*redis.Client
+	rts     []*counter
 	c       *dlock.Client
+	clients []*dlock.Client
 	newLock func(c *dlock.Client, name string) (dlock.Locker, error)
 	handles sync.Map // name -> dlock.Locker: a handle per name, as an application keeps them
 }
 
 func openDlock(addr string, renewal time.Duration, newLock func(c *dlock.Client, name string) (dlock.Locker, error)) (locker, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb, rt := newRDB(addr)
 	var opts []dlock.Option
 	if renewal > 0 {
 		opts = append(opts, dlock.WithWatchdogTimeout(renewal))
@@ -141,7 +176,7 @@ func openDlock(addr string, renewal time.Duration, newLock func(c *dlock.Client,
 		_ = rdb.Close()
 		return nil, err
 	}
-	return &dlockLocker{rdb: rdb, c: c, newLock: newLock}, nil
+	return &dlockLocker{rdbs: []*redis.Client{rdb}, rts: []*counter{rt}, c: c, clients: []*dlock.Client{c}, newLock: newLock}, nil
 }
 
 func (l *dlockLocker) lock(ctx context.Context, name string) (func(context.Context) error, error) {
@@ -161,32 +196,47 @@ func (l *dlockLocker) lock(ctx context.Context, name string) (func(context.Conte
 	return func(context.Context) error { return m.Unlock(lockCtx) }, nil
 }
 
+func (l *dlockLocker) roundTrips() int64 { return sumCounters(l.rts) }
+
 func (l *dlockLocker) close() {
-	_ = l.c.Close()
-	_ = l.rdb.Close()
+	for _, c := range l.clients {
+		_ = c.Close()
+	}
+	for _, rdb := range l.rdbs {
+		_ = rdb.Close()
+	}
+}
+
+func sumCounters(cs []*counter) int64 {
+	var n int64
+	for _, c := range cs {
+		n += c.n.Load()
+	}
+	return n
 }
 
 // redsync
 
 type redsyncLocker struct {
 	rdb     *redis.Client
+	rt      *counter
 	rs      *redsync.Redsync
 	renewal time.Duration
 }
 
 func openRedsync(addr string, renewal time.Duration) (locker, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	return &redsyncLocker{rdb: rdb, rs: redsync.New(goredis.NewPool(rdb)), renewal: renewal}, nil
+	rdb, rt := newRDB(addr)
+	return &redsyncLocker{rdb: rdb, rt: rt, rs: redsync.New(goredis.NewPool(rdb)), renewal: renewal}, nil
 }
 
 func (l *redsyncLocker) lock(ctx context.Context, name string) (func(context.Context) error, error) {
 	// A redsync Mutex must not be shared by concurrent lockers (#30): one
 	// per acquisition.
-	opts := []redsync.Option{redsync.WithTries(math.MaxInt32), redsync.WithExpiry(peerTTL)}
+	expiry := peerTTL
 	if l.renewal > 0 {
-		opts = append(opts, redsync.WithExpiry(l.renewal))
+		expiry = l.renewal
 	}
-	m := l.rs.NewMutex(name, opts...)
+	m := l.rs.NewMutex(name, redsync.WithTries(math.MaxInt32), redsync.WithExpiry(expiry))
 	if err := m.LockContext(ctx); err != nil {
 		return nil, err
 	}
@@ -201,12 +251,14 @@ func (l *redsyncLocker) lock(ctx context.Context, name string) (func(context.Con
 	}, nil
 }
 
-func (l *redsyncLocker) close() { _ = l.rdb.Close() }
+func (l *redsyncLocker) roundTrips() int64 { return l.rt.n.Load() }
+func (l *redsyncLocker) close()            { _ = l.rdb.Close() }
 
 // bsm/redislock
 
 type redislockLocker struct {
 	rdb     *redis.Client
+	rt      *counter
 	c       *redislock.Client
 	opt     *redislock.Options
 	ttl     time.Duration
@@ -214,13 +266,13 @@ type redislockLocker struct {
 }
 
 func openRedislock(addr string, renewal, backoff time.Duration) (locker, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb, rt := newRDB(addr)
 	ttl := peerTTL
 	if renewal > 0 {
 		ttl = renewal
 	}
 	return &redislockLocker{
-		rdb: rdb, c: redislock.New(rdb), ttl: ttl, renewal: renewal,
+		rdb: rdb, rt: rt, c: redislock.New(rdb), ttl: ttl, renewal: renewal,
 		opt: &redislock.Options{RetryStrategy: redislock.LinearBackoff(backoff)},
 	}, nil
 }
@@ -237,7 +289,8 @@ func (l *redislockLocker) lock(ctx context.Context, name string) (func(context.C
 	}, nil
 }
 
-func (l *redislockLocker) close() { _ = l.rdb.Close() }
+func (l *redislockLocker) roundTrips() int64 { return l.rt.n.Load() }
+func (l *redislockLocker) close()            { _ = l.rdb.Close() }
 
 // keepAlive runs extend every renewal/3 until the returned stop is called:
 // the refresh goroutine the READMEs of redsync and bsm/redislock leave to
@@ -267,17 +320,76 @@ func keepAlive(renewal time.Duration, extend func(context.Context) error) (stop 
 // rueidislock
 
 type rueidisLocker struct {
-	l rueidislock.Locker
+	l  rueidislock.Locker
+	rt *atomic.Int64
+}
+
+// rueidisCounter counts the round trips of a rueidis.Client: every call
+// that reaches the server (a DoCache answered from the local cache does
+// not).
+type rueidisCounter struct {
+	rueidis.Client
+	n *atomic.Int64
+}
+
+func (c rueidisCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c rueidisCounter) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.DoMulti(ctx, multi...)
+}
+
+func (c rueidisCounter) DoStream(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResultStream {
+	c.n.Add(1)
+	return c.Client.DoStream(ctx, cmd)
+}
+
+func (c rueidisCounter) DoMultiStream(ctx context.Context, multi ...rueidis.Completed) rueidis.MultiRedisResultStream {
+	c.n.Add(1)
+	return c.Client.DoMultiStream(ctx, multi...)
+}
+
+func (c rueidisCounter) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
+	c.n.Add(1)
+	return c.Client.Receive(ctx, subscribe, fn)
+}
+
+func (c rueidisCounter) DoCache(ctx context.Context, cmd rueidis.Cacheable, ttl time.Duration) rueidis.RedisResult {
+	r := c.Client.DoCache(ctx, cmd, ttl)
+	if !r.IsCacheHit() {
+		c.n.Add(1)
+	}
+	return r
+}
+
+func (c rueidisCounter) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
+	rs := c.Client.DoMultiCache(ctx, multi...)
+	for _, r := range rs {
+		if !r.IsCacheHit() {
+			c.n.Add(1)
+			break
+		}
+	}
+	return rs
 }
 
 func openRueidislock(addr string, renewal time.Duration) (locker, error) {
+	n := &atomic.Int64{}
 	opt := rueidislock.LockerOption{
 		ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
-		KeyMajority:  1,
-		// Without NOLOOP the client is told of its own writes: every
-		// extend invalidates the key it just extended and is run again at
-		// once, a loop that saturated client and server in the watchdog
-		// scenario (90,000 extends/s for 10,000 locks).
+		ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
+			c, err := rueidis.NewClient(o)
+			if err != nil {
+				return nil, err
+			}
+			return rueidisCounter{Client: c, n: n}, nil
+		},
+		KeyMajority: 1,
+		// Without NOLOOP every extend invalidates the key it just extended
+		// and runs again at once.
 		NoLoopTracking: true,
 	}
 	if renewal > 0 {
@@ -287,7 +399,7 @@ func openRueidislock(addr string, renewal time.Duration) (locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rueidisLocker{l: l}, nil
+	return &rueidisLocker{l: l, rt: n}, nil
 }
 
 func (l *rueidisLocker) lock(ctx context.Context, name string) (func(context.Context) error, error) {
@@ -299,4 +411,5 @@ func (l *rueidisLocker) lock(ctx context.Context, name string) (func(context.Con
 	return func(context.Context) error { cancel(); return nil }, nil
 }
 
-func (l *rueidisLocker) close() { l.l.Close() }
+func (l *rueidisLocker) roundTrips() int64 { return l.rt.Load() }
+func (l *rueidisLocker) close()            { l.l.Close() }

@@ -132,6 +132,10 @@ type serverStats struct {
 // server; they are left out of every count.
 var adminCommands = []string{"info", "client", "pubsub", "config", "hello", "command", "dbsize"}
 
+// subscribeCommands are the pub/sub commands, sent on connections that
+// the go-redis hook does not see.
+var subscribeCommands = []string{"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "psubscribe", "punsubscribe"}
+
 // sampleServer reads INFO commandstats and INFO cpu.
 func sampleServer(ctx context.Context, rdb *redis.Client) (serverStats, error) {
 	info, err := rdb.Info(ctx, "commandstats", "cpu").Result()
@@ -178,29 +182,22 @@ func sampleServers(ctx context.Context, admins []*redis.Client) (serverStats, er
 
 // commandDelta is what the server did between two samples.
 type commandDelta struct {
-	client int64         // commands clients sent: the library's clientCmds
-	total  int64         // every command executed, script-internal ones included
-	cpu    time.Duration // server CPU time
-	byCmd  map[string]int64
+	subscribes int64         // pub/sub (un)subscriptions
+	total      int64         // every command executed, script-internal ones included
+	cpu        time.Duration // server CPU time
 }
 
-// delta compares two samples. INFO commandstats counts the commands a Lua
-// script calls as well as the ones clients send, so the client count only
-// adds up the commands in clientCmds, the ones the library sends itself.
-func (b serverStats) delta(a serverStats, clientCmds []string) commandDelta {
-	d := commandDelta{cpu: b.cpu - a.cpu, byCmd: map[string]int64{}}
+// delta compares two samples, leaving out the bench's own commands.
+func (b serverStats) delta(a serverStats) commandDelta {
+	d := commandDelta{cpu: b.cpu - a.cpu}
 	for cmd, n := range b.calls {
 		if contains(adminCommands, cmd) {
 			continue
 		}
 		n -= a.calls[cmd]
-		if n == 0 {
-			continue
-		}
-		d.byCmd[cmd] = n
 		d.total += n
-		if contains(clientCmds, cmd) {
-			d.client += n
+		if contains(subscribeCommands, cmd) {
+			d.subscribes += n
 		}
 	}
 	return d
@@ -213,6 +210,59 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// footprint is what a scenario left in Redis: DBSIZE and INFO memory
+// used_memory, summed over its servers, sampled before the scenario
+// started and after its worker processes exited (nothing is flushed).
+type footprint struct {
+	KeysBefore, KeysAfter int64
+	MemBefore, MemAfter   int64
+}
+
+// Keys is the number of keys left; Mem the growth of used_memory.
+func (f footprint) Keys() int64 { return f.KeysAfter - f.KeysBefore }
+func (f footprint) Mem() int64  { return f.MemAfter - f.MemBefore }
+
+// sampleFootprint returns DBSIZE and used_memory summed over addrs.
+func sampleFootprint(addrs ...string) (keys, mem int64, err error) {
+	ctx := context.Background()
+	for _, a := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: a})
+		n, err := rdb.DBSize(ctx).Result()
+		if err != nil {
+			_ = rdb.Close()
+			return 0, 0, fmt.Errorf("bench: DBSIZE: %w", err)
+		}
+		info, err := rdb.Info(ctx, "memory").Result()
+		_ = rdb.Close()
+		if err != nil {
+			return 0, 0, fmt.Errorf("bench: INFO memory: %w", err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				m, _ := strconv.ParseInt(v, 10, 64)
+				mem += m
+			}
+		}
+		keys += n
+	}
+	return keys, mem, nil
+}
+
+// runOn runs jobs against the servers at addrs and records what they
+// leave in Redis.
+func runOn(addrs []string, jobs []job, results []any) (footprint, error) {
+	var f footprint
+	var err error
+	if f.KeysBefore, f.MemBefore, err = sampleFootprint(addrs...); err != nil {
+		return f, err
+	}
+	if err := runJobs(jobs, results); err != nil {
+		return f, err
+	}
+	f.KeysAfter, f.MemAfter, err = sampleFootprint(addrs...)
+	return f, err
 }
 
 // connections counts the server's pub/sub connections (CLIENT LIST TYPE

@@ -55,10 +55,10 @@ func fmtDur(ns int64) string {
 
 // sig3 prints v with three significant digits.
 func sig3(v float64) string {
-	switch {
-	case v >= 100:
+	switch a := math.Abs(v); {
+	case a >= 100:
 		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
+	case a >= 10:
 		return fmt.Sprintf("%.1f", v)
 	default:
 		return fmt.Sprintf("%.2f", v)
@@ -99,4 +99,19 @@ func pct(cpu, wall time.Duration) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.0f %%", 100*float64(cpu)/float64(wall))
+}
+
+var nan = math.NaN()
+
+// fmtBytes prints a byte count in B, kB or MB (decimal units).
+func fmtBytes(n int64) string {
+	v := float64(n)
+	switch a := math.Abs(v); {
+	case a < 1e3:
+		return fmt.Sprintf("%d B", n)
+	case a < 1e6:
+		return sig3(v/1e3) + " kB"
+	default:
+		return sig3(v/1e6) + " MB"
+	}
 }

@@ -10,23 +10,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// opTimeout bounds one uncontended Lock.
+// opTimeout bounds one uncontended Lock, so that a library that fails to
+// take a free lock shows as errors instead of hanging the run.
 const opTimeout = 5 * time.Second
 
 // uncontendedWorkerResult is one uncontended run.
 type uncontendedWorkerResult struct {
-	Ops          int     // Lock+Unlock pairs completed in the window
-	Latencies    []int64 // of those pairs (ns)
-	Client       int64   // commands the library sent in the window
-	Total        int64   // commands the server executed, script-internal included
-	RedisCPU     time.Duration
-	ClientCPU    time.Duration
-	Errors       int
-	FirstError   string
-	ByCmd        map[string]int64
-	KeysLeft     int64 // DBSIZE after the window
-	WindowNanos  int64
-	GoroutineSet int
+	Latencies   []int64 // of the Lock+Unlock pairs completed in the window (ns)
+	RoundTrips  int64   // counted by the client's hook in the window
+	Subscribes  int64   // pub/sub (un)subscriptions in the window
+	Total       int64   // commands the servers executed, script-internal included
+	RedisCPU    time.Duration
+	ClientCPU   time.Duration
+	Errors      int
+	FirstError  string
+	WindowNanos int64
+	Goroutines  int
 }
 
 // uncontendedWorker runs j.Goroutines goroutines, each locking and
@@ -37,15 +36,14 @@ func uncontendedWorker(j job, l lib) (*uncontendedWorkerResult, error) {
 		return nil, err
 	}
 	defer closeLocker(lk)
-	return lockLoop(j, lk, []string{j.Addr}, l.clientCmds)
+	return lockLoop(j, lk, []string{j.Addr})
 }
 
 // lockLoop is the uncontended measurement: j.Goroutines goroutines lock
 // and unlock their own keys with lk from j.Begin to j.T1, and the window
 // [j.T0, j.T1) is measured. The servers at addrs are sampled at both ends
-// and their counters added up (a RedLock's commands go to all of them);
-// clientCmds are the commands lk's library sends itself.
-func lockLoop(j job, lk locker, addrs []string, clientCmds []string) (*uncontendedWorkerResult, error) {
+// and their counters added up.
+func lockLoop(j job, lk locker, addrs []string) (*uncontendedWorkerResult, error) {
 	admins := make([]*redis.Client, len(addrs))
 	for i, a := range addrs {
 		admins[i] = redis.NewClient(&redis.Options{Addr: a})
@@ -54,36 +52,27 @@ func lockLoop(j job, lk locker, addrs []string, clientCmds []string) (*uncontend
 
 	var s0, s1 serverStats
 	var cpu0, cpu1 time.Duration
-	var keys int64
+	var rt0, rt1 int64
 	var sErr error
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		sleepUntil(j.T0)
-		cpu0 = cpuTime()
+		cpu0, rt0 = cpuTime(), lk.roundTrips()
 		s0, sErr = sampleServers(context.Background(), admins)
 		sleepUntil(j.T1)
-		cpu1 = cpuTime()
+		cpu1, rt1 = cpuTime(), lk.roundTrips()
 		if sErr == nil {
 			s1, sErr = sampleServers(context.Background(), admins)
 		}
-		for _, admin := range admins {
-			if sErr == nil {
-				var n int64
-				n, sErr = admin.DBSize(context.Background()).Result()
-				keys += n
-			}
-		}
 	}()
 
-	res := &uncontendedWorkerResult{WindowNanos: j.T1 - j.T0, GoroutineSet: j.Goroutines}
+	res := &uncontendedWorkerResult{WindowNanos: j.T1 - j.T0, Goroutines: j.Goroutines}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sleepUntil(j.Begin)
 	for g := range j.Goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			ctx := context.Background()
 			key := fmt.Sprintf("bench:u:%d", g)
 			var lat []int64
@@ -93,8 +82,6 @@ func lockLoop(j job, lk locker, addrs []string, clientCmds []string) (*uncontend
 				if start >= j.T1 {
 					break
 				}
-				// A deadline, so that a library that fails to take a free
-				// lock shows as errors instead of hanging the run.
 				cctx, cancel := context.WithTimeout(ctx, opTimeout)
 				unlock, err := lk.lock(cctx, key)
 				if err == nil {
@@ -119,35 +106,37 @@ func lockLoop(j job, lk locker, addrs []string, clientCmds []string) (*uncontend
 			if res.FirstError == "" {
 				res.FirstError = first
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	<-sampled
 	if sErr != nil {
 		return nil, sErr
 	}
-	res.Ops = len(res.Latencies)
-	d := s1.delta(s0, clientCmds)
-	res.Client, res.Total, res.RedisCPU, res.ByCmd = d.client, d.total, d.cpu, d.byCmd
+	d := s1.delta(s0)
+	res.RoundTrips, res.Subscribes, res.Total, res.RedisCPU = rt1-rt0, d.subscribes, d.total, d.cpu
 	res.ClientCPU = cpu1 - cpu0
-	res.KeysLeft = keys
 	return res, nil
 }
 
 // uncontendedResult is the best of a library's rounds at one concurrency.
 type uncontendedResult struct {
-	Lib                     string
-	Goroutines              int
-	PerSec                  float64
-	Latency                 summary
-	ClientPerOp, TotalPerOp float64
-	RedisCPU, ClientCPU     time.Duration
-	Window                  time.Duration
-	KeysLeft                int64
-	Errors                  int
-	FirstError              string
-	Rounds                  []float64 // throughput of every round
+	Lib        string
+	Goroutines int
+	PerSec     float64
+	Latency    summary
+	// Per Lock+Unlock.
+	RoundTrips, Subscribes, Executed float64
+	RedisCPU, ClientCPU              time.Duration // in the window
+	Window                           time.Duration
+	Left                             footprint
+	Errors                           int
+	FirstError                       string
+	Rounds                           []float64 // throughput of every round
 }
+
+// ops is the number of Lock+Unlock pairs in the window.
+func (u *uncontendedResult) ops() float64 { return u.PerSec * u.Window.Seconds() }
 
 // runUncontended measures one library at one concurrency in one worker
 // process on a fresh redis-server.
@@ -165,25 +154,44 @@ func runUncontended(cfg config, l lib, goroutines, round int) (*uncontendedResul
 		j.Profile = filepath.Join(cfg.profileDir, fmt.Sprintf("uncontended-%s-%d-%d.pprof", l.id, goroutines, round))
 	}
 	w := &uncontendedWorkerResult{}
-	if err := runJobs([]job{j}, []any{w}); err != nil {
+	left, err := runOn([]string{srv.addr}, []job{j}, []any{w})
+	if err != nil {
 		return nil, err
 	}
-	return w.result(l.id), nil
+	return w.result(l.id, left), nil
 }
 
 // result summarizes a worker's run of library lib.
-func (w *uncontendedWorkerResult) result(lib string) *uncontendedResult {
+func (w *uncontendedWorkerResult) result(lib string, left footprint) *uncontendedResult {
 	win := time.Duration(w.WindowNanos)
+	ops := len(w.Latencies)
 	r := &uncontendedResult{
-		Lib: lib, Goroutines: w.GoroutineSet,
-		PerSec:   float64(w.Ops) / win.Seconds(),
+		Lib: lib, Goroutines: w.Goroutines,
+		PerSec:   float64(ops) / win.Seconds(),
 		Latency:  summarize(w.Latencies),
-		RedisCPU: w.RedisCPU, ClientCPU: w.ClientCPU, Window: win, KeysLeft: w.KeysLeft,
+		RedisCPU: w.RedisCPU, ClientCPU: w.ClientCPU, Window: win, Left: left,
 		Errors: w.Errors, FirstError: w.FirstError,
 	}
-	if w.Ops > 0 {
-		r.ClientPerOp = float64(w.Client) / float64(w.Ops)
-		r.TotalPerOp = float64(w.Total) / float64(w.Ops)
+	if ops > 0 {
+		r.RoundTrips = float64(w.RoundTrips) / float64(ops)
+		r.Subscribes = float64(w.Subscribes) / float64(ops)
+		r.Executed = float64(w.Total) / float64(ops)
 	}
 	return r
+}
+
+// keepBest merges a new round into the best so far of its cell: the
+// round with the highest throughput is kept, every round's throughput is
+// listed.
+func keepBest(best, res *uncontendedResult) *uncontendedResult {
+	if best == nil {
+		res.Rounds = []float64{res.PerSec}
+		return res
+	}
+	res.Rounds = append(best.Rounds, res.PerSec)
+	if best.PerSec > res.PerSec {
+		best.Rounds = res.Rounds
+		return best
+	}
+	return res
 }

@@ -24,7 +24,7 @@ type waitersResult struct {
 	Conns          int // INFO clients connected_clients
 	BytesPerWaiter float64
 	GoroutinesPerW float64
-	ClientPerSec   float64 // commands the library sent per second while waiting
+	ClientPerSec   float64 // round trips per second while waiting (client hook)
 	TotalPerSec    float64 // commands the server executed per second
 	ClientCPU      time.Duration
 	RedisCPU       time.Duration
@@ -33,6 +33,7 @@ type waitersResult struct {
 	Drained        int
 	Errors         int
 	FirstError     string
+	Left           footprint
 }
 
 // waitersWorker holds j.Locks locks, starts j.Waiters goroutines that wait
@@ -106,15 +107,15 @@ func waitersWorker(j job, l lib) (*waitersResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpu0 := cpuTime()
+	cpu0, rt0 := cpuTime(), lk.roundTrips()
 	time.Sleep(j.Window)
-	cpu1 := cpuTime()
+	cpu1, rt1 := cpuTime(), lk.roundTrips()
 	s1, err := sampleServer(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
-	d := s1.delta(s0, l.clientCmds)
-	r.ClientPerSec = float64(d.client) / j.Window.Seconds()
+	d := s1.delta(s0)
+	r.ClientPerSec = float64(rt1-rt0) / j.Window.Seconds()
 	r.TotalPerSec = float64(d.total) / j.Window.Seconds()
 	r.ClientCPU, r.RedisCPU = cpu1-cpu0, d.cpu
 	if r.PubSubConns, r.Conns, err = connections(ctx, admin); err != nil {
@@ -157,8 +158,10 @@ func runWaiters(cfg config, l lib) (*waitersResult, error) {
 	j := job{Mode: "waiters", Lib: l.id, Addr: srv.addr, Locks: cfg.waitLocks, Waiters: cfg.waiters,
 		Settle: cfg.waitSettle, Window: cfg.waitWindow}
 	r := &waitersResult{}
-	if err := runJobs([]job{j}, []any{r}); err != nil {
+	left, err := runOn([]string{srv.addr}, []job{j}, []any{r})
+	if err != nil {
 		return nil, err
 	}
+	r.Left = left
 	return r, nil
 }

@@ -17,13 +17,14 @@ type watchdogResult struct {
 	Locks               int
 	Held                int // locks whose key still exists after the window
 	LockTime            time.Duration
-	RenewPerSec         float64 // commands the library sent per second
+	RenewPerSec         float64 // round trips per second (client hook)
 	TotalPerSec         float64 // commands the server executed per second
 	ClientCPU, RedisCPU time.Duration
 	Window              time.Duration
 	Goroutines          int // goroutines in the process while holding
 	Errors              int
 	FirstError          string
+	Left                footprint
 }
 
 // watchdogWorker takes j.Locks locks whose leases are renewed every
@@ -56,16 +57,16 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpu0 := cpuTime()
+	cpu0, rt0 := cpuTime(), lk.roundTrips()
 	time.Sleep(j.Window)
-	cpu1 := cpuTime()
+	cpu1, rt1 := cpuTime(), lk.roundTrips()
 	s1, err := sampleServer(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
 	r.Goroutines = runtime.NumGoroutine()
-	d := s1.delta(s0, l.clientCmds)
-	r.RenewPerSec = float64(d.client) / j.Window.Seconds()
+	d := s1.delta(s0)
+	r.RenewPerSec = float64(rt1-rt0) / j.Window.Seconds()
 	r.TotalPerSec = float64(d.total) / j.Window.Seconds()
 	r.ClientCPU, r.RedisCPU = cpu1-cpu0, d.cpu
 
@@ -182,8 +183,10 @@ func runWatchdog(cfg config, l lib) (*watchdogResult, error) {
 	j := job{Mode: "watchdog", Lib: l.id, Addr: srv.addr, Locks: cfg.wdLocks,
 		Renewal: cfg.wdRenewal, Settle: cfg.wdRenewal, Window: cfg.wdWindow}
 	r := &watchdogResult{}
-	if err := runJobs([]job{j}, []any{r}); err != nil {
+	left, err := runOn([]string{srv.addr}, []job{j}, []any{r})
+	if err != nil {
 		return nil, err
 	}
+	r.Left = left
 	return r, nil
 }

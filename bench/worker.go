@@ -19,18 +19,18 @@ const jobEnv = "DLOCKBENCH_JOB"
 // job is one worker process's part of a scenario. Times are CLOCK_MONOTONIC
 // nanoseconds (monoNow), shared by every process on the machine.
 type job struct {
-	Mode   string // "uncontended", "hot", "watchdog", "waiters" or "redlock"
-	Lib    string
-	Addr   string
-	Addrs  []string // RedLock: the independent servers
-	Worker int      // index of this process in the scenario
-	// Goroutines that take locks in this process.
-	Goroutines int
+	Mode  string // "uncontended", "hot", "watchdog", "waiters" or "redlock"
+	Lib   string
+	Addr  string
+	Addrs []string // RedLock: the independent servers
+	// Clients, each with Goroutines goroutines (hot lock), or Goroutines
+	// in all.
+	Clients, Goroutines int
 	// Begin is when the goroutines start, T0 and T1 bound the measured
 	// window; what happens before T0 is warm-up.
 	Begin, T0, T1 int64
-	// Hot lock: the critical section and the work between acquisitions.
-	Hold, OutsideMin, OutsideMax time.Duration
+	// Hot lock: CPU-bound work while holding, sleep between acquisitions.
+	Work, Think time.Duration
 	// Watchdog and waiter scale.
 	Locks, Waiters int
 	Renewal        time.Duration
@@ -129,11 +129,11 @@ func runJobs(jobs []job, results []any) error {
 			defer wg.Done()
 			defer hung.Stop()
 			if err := cmd.Wait(); err != nil {
-				errs[i] = fmt.Errorf("bench: %s worker %d (%s): %w", j.Mode, j.Worker, j.Lib, err)
+				errs[i] = fmt.Errorf("bench: %s worker (%s): %w", j.Mode, j.Lib, err)
 				return
 			}
 			if err := json.Unmarshal(out.Bytes(), results[i]); err != nil {
-				errs[i] = fmt.Errorf("bench: %s worker %d (%s) result: %w", j.Mode, j.Worker, j.Lib, err)
+				errs[i] = fmt.Errorf("bench: %s worker (%s) result: %w", j.Mode, j.Lib, err)
 			}
 		}()
 	}
