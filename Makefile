@@ -1,5 +1,6 @@
 # dlock: make demo runs the demo against a throwaway redis-server, make test
-# runs the whole suite. Both install Debian's Redis packages when missing.
+# vets and tests every module (dlock and bench/). Both install Debian's
+# Redis packages when missing.
 
 GO ?= go
 REDIS_PKGS := redis-server redis-sentinel redis-tools
@@ -18,13 +19,24 @@ redis:
 demo: redis
 	$(GO) run ./cmd/dlock demo
 
+# MODULES are the directories with a go.mod: dlock itself and the modules
+# beside it (bench/, ...), each vetted and tested on its own.
+MODULES := $(sort $(dir $(shell find . -name go.mod -not -path '*/.*' -not -path '*/testdata/*')))
+
 test: redis
-	$(GO) vet ./...
-	$(GO) test -race -timeout 20m ./...
+	@set -e; for m in $(MODULES); do \
+		echo "== $$m"; \
+		( cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 20m ./... ); \
+	done
 
 # bench compares dlock with the Go peers (bench/, its own module) on
-# throwaway redis-servers it starts itself, prints the tables and writes
-# BENCHMARKS.md and bench/wait-distribution.png. About 5 minutes.
+# throwaway redis-servers it starts itself, prints the tables, splices them
+# into BENCHMARKS.md between its generated markers (the hand-written text
+# around them is kept) and writes bench/wait-distribution.png. About 7
+# minutes. One scenario quickly, printed only (BENCHMARKS.md untouched):
+#   cd bench && go run . -only hot -duration 5s              # ~2 min, 3 rounds
+#   cd bench && go run . -only hot -duration 5s -rounds 1 -libs dlock,rueidislock
+# Scenarios: unc, hot, redlock, watchdog, waiters; go run . -h lists the flags.
 bench: redis
 	cd bench && $(GO) run . -out ../BENCHMARKS.md -png wait-distribution.png -command "make bench"
 

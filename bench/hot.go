@@ -56,7 +56,7 @@ func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 		}
 		return n
 	}
-	b := newBurner()
+	b := burner{perIter: j.PerIter}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var cpu0, cpu1 time.Duration
@@ -146,6 +146,7 @@ type hotResult struct {
 	Left                             footprint
 	Errors                           int
 	FirstError                       string
+	Rounds                           []float64 // acquisitions/s of every round
 }
 
 // runHot runs the hot-lock scenario for one library in one worker process
@@ -164,7 +165,7 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 	t1 := t0 + int64(cfg.hotWindow)
 	j := job{
 		Mode: "hot", Lib: l.id, Addr: srv.addr, Clients: cfg.clients, Goroutines: cfg.perClient,
-		Begin: begin, T0: t0, T1: t1, Work: cfg.work, Think: cfg.think,
+		Begin: begin, T0: t0, T1: t1, Work: cfg.work, Think: cfg.think, PerIter: cfg.burner.perIter,
 	}
 	if cfg.profileDir != "" {
 		j.Profile = filepath.Join(cfg.profileDir, fmt.Sprintf("hot-%s.pprof", l.id))

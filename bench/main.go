@@ -3,7 +3,7 @@
 // writes the tables of BENCHMARKS.md. Run it with `make bench` at the
 // repository root, or one scenario quickly with
 //
-//	go run . -only hot -duration 5s
+//	go run . -only hot -duration 5s -rounds 1
 //
 // It lives in its own module so that the peers never enter dlock's
 // go.mod. The program re-executes itself as worker processes (the job is
@@ -37,6 +37,8 @@ type config struct {
 	clients, perClient int
 	work, think        time.Duration
 	hotWindow          time.Duration
+	hotRounds          int
+	burner             burner
 	// Watchdog scale.
 	wdLocks   int
 	wdRenewal time.Duration
@@ -56,8 +58,8 @@ func defaultConfig() config {
 		spawn: 700 * time.Millisecond, warm: time.Second,
 		uncWindow: 2 * time.Second, rounds: 3,
 		clients: 4, perClient: 4, work: 200 * time.Microsecond, think: 2 * time.Millisecond,
-		hotWindow: 8 * time.Second,
-		wdLocks:   10000, wdRenewal: 3 * time.Second, wdWindow: 6 * time.Second,
+		hotWindow: 6 * time.Second, hotRounds: 3, burner: newBurner(),
+		wdLocks: 10000, wdRenewal: 3 * time.Second, wdWindow: 6 * time.Second,
 		waitLocks: 1000, waiters: 10000, waitSettle: 2 * time.Second, waitWindow: 3 * time.Second,
 		redWarm: 500 * time.Millisecond, redWindow: time.Second, redRounds: 2,
 	}
@@ -110,14 +112,14 @@ func run() error {
 	command := flag.String("command", "", "the command to record in the report (default: this program's command line)")
 	only := flag.String("only", strings.Join(names, ","), "comma-separated scenarios to run: "+strings.Join(names, ", "))
 	libIDs := flag.String("libs", "", "comma-separated library ids to run (default: all; RedLock has dlock, dlock-watchdog and redsync)")
-	duration := flag.Duration("duration", 0, "measured window of every run (defaults: unc 2s, hot 8s, redlock 1s, watchdog 6s, waiters 3s)")
-	rounds := flag.Int("rounds", 0, "rounds of the uncontended (default 3) and RedLock (default 2) scenarios")
+	duration := flag.Duration("duration", 0, "measured window of every run (defaults: unc 2s, hot 6s, redlock 1s, watchdog 6s, waiters 3s)")
+	rounds := flag.Int("rounds", 0, "rounds of the uncontended (default 3), hot (default 3) and RedLock (default 2) scenarios")
 	quick := flag.Bool("quick", false, "short windows and small counts, to check that everything runs")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write a CPU profile of every worker process into this directory")
 	flag.Parse()
 	if *quick {
 		cfg.spawn, cfg.warm = 500*time.Millisecond, 300*time.Millisecond
-		cfg.uncWindow, cfg.rounds, cfg.hotWindow = 500*time.Millisecond, 1, 2*time.Second
+		cfg.uncWindow, cfg.rounds, cfg.hotWindow, cfg.hotRounds = 500*time.Millisecond, 1, 2*time.Second, 1
 		cfg.wdLocks, cfg.wdRenewal, cfg.wdWindow = 1000, time.Second, 2*time.Second
 		cfg.waitLocks, cfg.waiters, cfg.waitSettle, cfg.waitWindow = 100, 1000, time.Second, time.Second
 		cfg.redWarm, cfg.redWindow, cfg.redRounds = 300*time.Millisecond, 500*time.Millisecond, 1
@@ -127,7 +129,7 @@ func run() error {
 		cfg.wdWindow, cfg.waitWindow = *duration, *duration
 	}
 	if *rounds > 0 {
-		cfg.rounds, cfg.redRounds = *rounds, *rounds
+		cfg.rounds, cfg.hotRounds, cfg.redRounds = *rounds, *rounds, *rounds
 	}
 	want := strings.Split(*libIDs, ",")
 	for _, l := range libs {

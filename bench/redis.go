@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -191,25 +192,16 @@ type commandDelta struct {
 func (b serverStats) delta(a serverStats) commandDelta {
 	d := commandDelta{cpu: b.cpu - a.cpu}
 	for cmd, n := range b.calls {
-		if contains(adminCommands, cmd) {
+		if slices.Contains(adminCommands, cmd) {
 			continue
 		}
 		n -= a.calls[cmd]
 		d.total += n
-		if contains(subscribeCommands, cmd) {
+		if slices.Contains(subscribeCommands, cmd) {
 			d.subscribes += n
 		}
 	}
 	return d
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // footprint is what a scenario left in Redis: DBSIZE and INFO memory

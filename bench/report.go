@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,13 +141,24 @@ func (r *report) runAll(run []string) error {
 		}
 	}
 	if slices.Contains(run, "hot") {
-		for _, l := range r.libsFor("hot") {
-			progress("hot lock     %-15s %d clients × %d goroutines, %v", l.id, cfg.clients, cfg.perClient, cfg.hotWindow)
-			res, err := runHot(cfg, l)
-			if err != nil {
-				return err
+		ls := r.libsFor("hot")
+		runs := make([][]*hotResult, len(ls))
+		for round := range cfg.hotRounds {
+			for k := range ls {
+				i := k
+				if round%2 == 1 {
+					i = len(ls) - 1 - k
+				}
+				progress("hot lock     %-15s %d clients × %d goroutines, %v, round %d", ls[i].id, cfg.clients, cfg.perClient, cfg.hotWindow, round+1)
+				res, err := runHot(cfg, ls[i])
+				if err != nil {
+					return err
+				}
+				runs[i] = append(runs[i], res)
 			}
-			r.hot = append(r.hot, res)
+		}
+		for _, rs := range runs {
+			r.hot = append(r.hot, medianHot(rs))
 		}
 	}
 	if slices.Contains(run, "redlock") && len(cfg.redLibs) > 0 {
@@ -176,6 +189,17 @@ func (r *report) runAll(run []string) error {
 	return nil
 }
 
+// medianHot returns the run with the median acquisitions/s (the lower
+// of the two middle ones) and every run's rate in it.
+func medianHot(rs []*hotResult) *hotResult {
+	slices.SortFunc(rs, func(a, b *hotResult) int { return cmp.Compare(a.PerSec, b.PerSec) })
+	m := rs[(len(rs)-1)/2]
+	for _, x := range rs {
+		m.Rounds = append(m.Rounds, x.PerSec)
+	}
+	return m
+}
+
 // The generated part of BENCHMARKS.md lies between these markers; the
 // rest of the file is kept as it is.
 const (
@@ -194,6 +218,9 @@ func splice(old, gen string) string {
 	return old[:i] + block + old[j+len(genEnd):]
 }
 
+// textColumns are left-aligned; the others hold numbers.
+var textColumns = []string{"configuration", "round trips counted by", "best peer"}
+
 // table builds a markdown table.
 type table struct{ b strings.Builder }
 
@@ -205,6 +232,11 @@ func newTable(head ...string) *table {
 		seps[i] = "--:"
 	}
 	seps[0] = "---"
+	for i, h := range head {
+		if slices.Contains(textColumns, h) {
+			seps[i] = "---"
+		}
+	}
 	t.row(seps...)
 	return t
 }
@@ -302,13 +334,8 @@ func (r *report) markdown(out string) string {
 
 type writer func(format string, args ...any)
 
-// perOp is a CPU time per operation.
-func perOp(cpu time.Duration, ops float64) string {
-	if ops == 0 {
-		return "–"
-	}
-	return fmtDur(int64(float64(cpu) / ops))
-}
+// perOp prints a CPU time per operation.
+func perOp(cpu time.Duration, ops float64) string { return fmtNs(cpuPer(cpu, ops)) }
 
 func rounds(rs []float64) string {
 	s := make([]string, len(rs))
@@ -344,7 +371,7 @@ func (r *report) writeUncontended(w writer) {
 		w("**%d goroutine(s)**\n\n%s\n", g, t)
 		w("%s\n", compare(ids, []metric{
 			{"Lock+Unlock/s", false, func(i int) float64 { return us[i].PerSec }, fmtRate},
-			{"p50", true, func(i int) float64 { return float64(us[i].Latency.P50) }, func(v float64) string { return fmtDur(int64(v)) }},
+			{"p50", true, func(i int) float64 { return float64(us[i].Latency.P50) }, fmtNs},
 			{"Redis CPU/op", true, func(i int) float64 { return cpuPer(us[i].RedisCPU, us[i].ops()) }, fmtNs},
 			{"round trips/op", true, func(i int) float64 { return us[i].RoundTrips }, f2},
 		}))
@@ -359,7 +386,13 @@ func cpuPer(cpu time.Duration, ops float64) float64 {
 	return float64(cpu) / ops
 }
 
-func fmtNs(v float64) string { return fmtDur(int64(v)) }
+// fmtNs prints nanoseconds, "–" for NaN.
+func fmtNs(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmtDur(int64(v))
+}
 
 func (r *report) writeHot(w writer, out string) {
 	if len(r.hot) == 0 {
@@ -367,11 +400,11 @@ func (r *report) writeHot(w writer, out string) {
 	}
 	cfg := r.cfg
 	w("## Hot lock\n\n")
-	w("One lock, %d goroutines = %d Clients × %d (one worker process, each Client its own connection pool); critical section %v of CPU-bound work (calibrated busy loop); %v sleep between acquisitions; window %v after %v warm-up.\n\n",
-		cfg.clients*cfg.perClient, cfg.clients, cfg.perClient, cfg.work, cfg.think, cfg.hotWindow, cfg.warm)
+	w("One lock, %d goroutines = %d Clients × %d (one worker process, each Client its own connection pool); critical section %v of CPU-bound work (busy loop of %d iterations, calibrated on the bench's process); %v sleep between acquisitions; window %v after %v warm-up; median of %d rounds by acquisitions/s.\n\n",
+		cfg.clients*cfg.perClient, cfg.clients, cfg.perClient, cfg.work, int(float64(cfg.work)/cfg.burner.perIter), cfg.think, cfg.hotWindow, cfg.warm, cfg.hotRounds)
 	t := newTable("library", "acquisitions/s", "wait p50", "wait p99", "wait max", "handoff p50", "hold mean",
 		"round trips/acq", "(un)subscribes/acq", "executed/acq", "Redis CPU/acq", "client CPU/acq",
-		"keys left", "memory left", "acq per goroutine", "overlaps")
+		"keys left", "memory left", "acq per goroutine", "overlaps", "rounds (acq/s)")
 	ids := make([]string, len(r.hot))
 	for i, h := range r.hot {
 		ids[i] = h.Lib
@@ -379,15 +412,14 @@ func (r *report) writeHot(w writer, out string) {
 		t.row(h.Lib+errNote(h.Errors, h.FirstError), fmtRate(h.PerSec), fmtDur(h.Wait.P50), fmtDur(h.Wait.P99), fmtDur(h.MaxWait),
 			fmtDur(h.Handoff.P50), fmtDur(h.HoldMean), f2(h.RoundTrips), f2(h.Subscribes), f2(h.Executed),
 			perOp(h.RedisCPU, acq), perOp(h.ClientCPU, acq), fmt.Sprint(h.Left.Keys()), fmtBytes(h.Left.Mem()),
-			fmt.Sprintf("%d–%d", h.MinPerG, h.MaxPerG), fmt.Sprint(h.Overlaps))
+			fmt.Sprintf("%d–%d", h.MinPerG, h.MaxPerG), fmt.Sprint(h.Overlaps), rounds(h.Rounds))
 	}
 	w("%s\n", t)
 	hs := r.hot
-	dur := func(v float64) string { return fmtDur(int64(v)) }
 	w("%s\n", compare(ids, []metric{
 		{"acquisitions/s", false, func(i int) float64 { return hs[i].PerSec }, fmtRate},
-		{"wait p99", true, func(i int) float64 { return float64(hs[i].Wait.P99) }, dur},
-		{"wait max", true, func(i int) float64 { return float64(hs[i].MaxWait) }, dur},
+		{"wait p99", true, func(i int) float64 { return float64(hs[i].Wait.P99) }, fmtNs},
+		{"wait max", true, func(i int) float64 { return float64(hs[i].MaxWait) }, fmtNs},
 		{"round trips/acq", true, func(i int) float64 { return hs[i].RoundTrips }, f2},
 		{"Redis CPU/acq", true, func(i int) float64 { return cpuPer(hs[i].RedisCPU, float64(hs[i].Acq)) }, fmtNs},
 	}))

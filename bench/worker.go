@@ -29,8 +29,10 @@ type job struct {
 	// Begin is when the goroutines start, T0 and T1 bound the measured
 	// window; what happens before T0 is warm-up.
 	Begin, T0, T1 int64
-	// Hot lock: CPU-bound work while holding, sleep between acquisitions.
+	// Hot lock: CPU-bound work while holding (a busy loop of PerIter ns
+	// per iteration), sleep between acquisitions.
 	Work, Think time.Duration
+	PerIter     float64
 	// Watchdog and waiter scale.
 	Locks, Waiters int
 	Renewal        time.Duration
