@@ -4,9 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"io"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,23 +18,30 @@ import (
 var demoUsage = `Usage: dlock demo [--redis URL]
 
 A live demo of what dlock does, as a timeline (seconds since the start,
-who, what), in about 15 seconds:
+who, what), in about 6 seconds:
 
   1. three workers contend for one lock; each unlock wakes the next waiter
      over pub/sub at once
-  2. the watchdog renews the lease of a job that runs longer than it
-  3. a holder crashes without unlocking; its lock expires and another
-     worker takes it over
-  4. a fair lock serves its waiters in the order they came
-  5. readers share a read-write lock while a writer waits for them
+  2. the watchdog renews a holder's lease while it lives; when the holder
+     crashes, its lock expires and a waiter takes over
+  3. a fair lock serves its waiters in the order they came
+  4. readers share a read-write lock while a writer waits for them
 
 Without --redis the demo starts a throwaway redis-server (it must be on
-PATH) on a free port in a temporary directory, and removes both at the
+PATH) on a unix socket in a temporary directory, and removes both at the
 end. With --redis it uses keys under "dlock-demo:" and deletes them after.
 
 Flags:
   --redis URL   use this Redis instead of a throwaway redis-server
 `
+
+// demoPrefix starts the name of every key the demo writes on a given
+// Redis.
+const demoPrefix = "dlock-demo:"
+
+// demoWatchdog is the watchdog timeout of the demo's Clients: short, so
+// that renewals and expiry happen while you watch.
+const demoWatchdog = 1500 * time.Millisecond
 
 // parseDemo reads the command line of dlock demo without acting on it. No
 // endpoints means a throwaway redis-server.
@@ -65,119 +73,93 @@ func (c *cli) demoCmd(ctx context.Context, args []string) error {
 	// Ctrl-C ends the demo early, but still through the cleanup below.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-
-	tl := newTimeline(c.stdout)
-	var ep endpoint
+	d := &demo{out: c.stdout, start: time.Now(), prefix: "demo:"}
 	if eps == nil {
 		srv, err := startLocalRedis(ctx)
 		if err != nil {
 			return exitf(exitFailure, "demo: %v", err)
 		}
-		defer func() {
-			if err := srv.stop(); err != nil {
-				fmt.Fprintf(c.stderr, "dlock: demo: removing %s: %v\n", srv.dir, err)
-			}
-		}()
-		tl.say("dlock demo: a throwaway redis-server on %s (data in %s, removed at the end)", srv.addr, srv.dir)
-		if ep, err = parseEndpoint("redis://" + srv.addr); err != nil {
-			return err
-		}
+		defer srv.stop()
+		fmt.Fprintf(d.out, "dlock demo: a throwaway redis-server on %s (removed at the end)\n", srv.socket())
+		eps = []endpoint{{display: "unix://" + srv.socket(), open: func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Network: "unix", Addr: srv.socket()})
+		}}}
 	} else {
-		ep = eps[0]
-		tl.say("dlock demo on %s (keys under %q, deleted at the end)", ep.display, demoPrefix+"*")
+		// On a shared server a random part keeps two demos apart.
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		d.prefix = demoPrefix + hex.EncodeToString(b) + ":"
+		fmt.Fprintf(d.out, "dlock demo on %s (keys under %q, deleted at the end)\n", eps[0].display, demoPrefix+"*")
 	}
-	rdb := ep.open()
-	defer rdb.Close()
-	if err := pingOne(ctx, ep, rdb); err != nil {
+	d.rdb = eps[0].open()
+	defer d.rdb.Close()
+	if err := pingOne(ctx, eps[0], d.rdb); err != nil {
 		return err
 	}
-	// On a throwaway server the names can be short; on a shared one a
-	// random part keeps two demos apart.
-	prefix := "demo:"
-	if eps != nil {
-		prefix = demoPrefix + randomID() + ":"
-	}
-	d := &demo{rdb: rdb, tl: tl, prefix: prefix}
 	defer d.cleanup()
-
-	tl.say("Each line: seconds since the start, who, what happened. Every worker is a")
-	tl.say("separate dlock Client, as if it were a separate process.")
-	err = d.play(ctx)
-	if ctx.Err() != nil {
-		return exitf(exitSignalBase+int(syscall.SIGINT), "demo: interrupted")
+	fmt.Fprintln(d.out, "Each line: seconds since the start, who, what. Every worker has its own dlock")
+	fmt.Fprintln(d.out, "Client, as if it were a separate process.")
+	for i, s := range []struct {
+		title string
+		play  func(context.Context) error
+	}{
+		{"Three workers, one lock: an unlock wakes a waiter at once (pub/sub, no polling);\n" +
+			"   any waiter may win, since a plain lock is not fair (see 3)", d.contention},
+		{"The watchdog renews the lease while the holder lives; a crashed holder's lock expires", d.crash},
+		{"A fair lock: first come, first served", d.fair},
+		{"A read-write lock: readers share it, a writer waits for them", d.readWrite},
+	} {
+		fmt.Fprintf(d.out, "\n== %d. %s\n", i+1, s.title)
+		if err := s.play(ctx); err != nil {
+			if ctx.Err() != nil {
+				return exitf(exitSignalBase+int(syscall.SIGINT), "demo: interrupted")
+			}
+			return exitf(exitFailure, "demo: %s: %v", s.title, err)
+		}
 	}
-	if err != nil {
-		return exitf(exitFailure, "demo: %v", err)
-	}
+	fmt.Fprintf(d.out, "\nDone in %.1fs. Next: \"dlock run NAME COMMAND\" runs a command under a lock,\n", time.Since(d.start).Seconds())
+	fmt.Fprintln(d.out, `"dlock status NAME" shows who holds it; "dlock help" has the rest.`)
 	return nil
 }
 
-// demoPrefix starts the name of every key the demo writes.
-const demoPrefix = "dlock-demo:"
-
-// demo is one run of the demo: its Redis, its timeline, the Clients it
-// made (closed at the end) and the findings for the summary.
+// demo is one run of the demo: its Redis, its output and the Clients it
+// made (closed at the end).
 type demo struct {
 	rdb     redis.UniversalClient
-	tl      *timeline
+	out     io.Writer
+	start   time.Time
 	prefix  string
+	mu      sync.Mutex // serialises output and clients
 	clients []*dlock.Client
-	summary []string
 }
 
-// scene is one part of the demo; it returns its line of the summary.
-type scene struct {
-	title, explain string
-	play           func(ctx context.Context) (string, error)
+// event prints what who did, after the seconds since the start.
+func (d *demo) event(who, format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fmt.Fprintf(d.out, "  %5.2fs  %-9s %s\n", time.Since(d.start).Seconds(), who, fmt.Sprintf(format, args...))
 }
 
-func (d *demo) play(ctx context.Context) error {
-	scenes := []scene{
-		{"Contention: three workers, one lock",
-			"Waiters sleep on a pub/sub channel: an unlock wakes them at once, no polling.\n" +
-				"A plain lock is not fair: the first to ask after the unlock gets it (see 4).",
-			d.contention},
-		{"The watchdog: a job longer than its lease",
-			"Without a fixed lease, the lease is the watchdog timeout (1.5s here, 30s by default)\n" +
-				"and the holder's watchdog renews it every third of that while the job runs.",
-			d.watchdog},
-		{"A crashed holder",
-			"A holder that dies stops renewing; its lock expires and a waiter takes over.",
-			d.crash},
-		{"Fair lock: first come, first served",
-			"Waiters queue in Redis (redisson_lock_queue) and get the lock in arrival order.",
-			d.fair},
-		{"Read-write lock: readers share, a writer waits",
-			"Many readers at once, or one writer alone.",
-			d.readWrite},
-	}
-	for i, s := range scenes {
-		d.tl.section(i+1, s.title, s.explain)
-		line, err := s.play(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.title, err)
-		}
-		d.summary = append(d.summary, line)
-	}
-	d.tl.say("")
-	d.tl.say("Summary (%.1fs)", time.Since(d.tl.start).Seconds())
-	for _, line := range d.summary {
-		d.tl.say("  - %s", line)
-	}
-	d.tl.say("")
-	d.tl.say(`Next: "dlock run NAME -- COMMAND" runs a command under a lock, "dlock status NAME"`)
-	d.tl.say(`shows who holds it; "dlock help" has the rest.`)
-	return nil
-}
-
-// client returns a new dlock Client, closed at the end of the demo.
-func (d *demo) client(opts ...dlock.Option) (*dlock.Client, error) {
-	c, err := dlock.New(d.rdb, opts...)
+// client returns a new Client, as if of another process; the demo closes
+// it at the end.
+func (d *demo) client() (*dlock.Client, error) {
+	c, err := dlock.New(d.rdb, dlock.WithWatchdogTimeout(demoWatchdog))
 	if err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
 	d.clients = append(d.clients, c)
+	d.mu.Unlock()
 	return c, nil
+}
+
+// mutex returns a Mutex on the demo lock name through a new Client.
+func (d *demo) mutex(name string) (*dlock.Mutex, error) {
+	c, err := d.client()
+	if err != nil {
+		return nil, err
+	}
+	return c.NewMutex(d.prefix + name)
 }
 
 // cleanup closes the Clients and deletes the demo's keys.
@@ -187,18 +169,47 @@ func (d *demo) cleanup() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var keys []string
 	iter := d.rdb.Scan(ctx, 0, "*"+d.prefix+"*", scanCount).Iterator()
 	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	for _, k := range keys {
-		d.rdb.Del(ctx, k)
+		d.rdb.Del(ctx, iter.Val())
 	}
 }
 
-// key is the name of one of the demo's locks.
-func (d *demo) key(name string) string { return d.prefix + name }
+// waitUntil polls cond every 5 ms, for up to 5 s: the demo waits until
+// Redis shows what a worker did before the next one acts, so that the
+// timeline reads the same on every run.
+func waitUntil(ctx context.Context, what string, cond func() bool) error {
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out waiting until %s", what)
+		}
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waiters waits until n Clients are subscribed to channel (on a cluster,
+// sharded pub/sub counted on every master).
+func (d *demo) waiters(ctx context.Context, channel string, n int64) error {
+	count := func() int64 {
+		cc, ok := d.rdb.(*redis.ClusterClient)
+		if !ok {
+			return d.rdb.PubSubNumSub(ctx, channel).Val()[channel]
+		}
+		var total int64
+		var mu sync.Mutex
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			total += node.PubSubShardNumSub(ctx, channel).Val()[channel]
+			return nil
+		})
+		return total
+	}
+	return waitUntil(ctx, fmt.Sprintf("%d waiting on %s", n, channel), func() bool { return count() >= n })
+}
 
 // pause sleeps for the demo's pacing, or until ctx ends.
 func pause(ctx context.Context, dur time.Duration) error {
@@ -208,36 +219,4 @@ func pause(ctx context.Context, dur time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// waitFor polls cond every 5 ms until it holds, for up to 5 s: the demo
-// waits for Redis to show what a worker did before the next one acts, so
-// that the timeline reads the same on every run.
-func waitFor(ctx context.Context, what string, cond func() bool) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return errors.New("timed out waiting until " + what)
-		}
-		if err := pause(ctx, 5*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func randomID() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// millisText formats a duration in milliseconds with one decimal.
-func millisText(d time.Duration) string {
-	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
-}
-
-// secondsText formats a duration in seconds with one decimal.
-func secondsText(d time.Duration) string {
-	return fmt.Sprintf("%.1fs", d.Seconds())
 }

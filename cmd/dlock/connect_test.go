@@ -32,16 +32,15 @@ func TestUnreachableServer(t *testing.T) {
 // missing one and an unknown user with exit 5; the password given is never
 // printed. The right password works.
 func TestWrongPassword(t *testing.T) {
-	srv, err := startLocalRedis(t.Context(), "--requirepass", "s3cret-pw")
-	if err != nil {
+	srv := redistest.NewServer(t)
+	if _, err := srv.Do(t.Context(), "CONFIG", "SET", "requirepass", "s3cret-pw"); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.stop()
 	for _, tc := range []struct{ url, msg string }{
-		{"redis://:wrong-pw@" + srv.addr, "refused the credentials: WRONGPASS"},
-		{"redis://bob:wrong-pw@" + srv.addr, "refused the credentials: WRONGPASS"},
-		{"redis://" + srv.addr, "refused the credentials: NOAUTH"},
-		{srv.addr, "refused the credentials: NOAUTH"},
+		{"redis://:wrong-pw@" + srv.Addr(), "refused the credentials: WRONGPASS"},
+		{"redis://bob:wrong-pw@" + srv.Addr(), "refused the credentials: WRONGPASS"},
+		{"redis://" + srv.Addr(), "refused the credentials: NOAUTH"},
+		{srv.Addr(), "refused the credentials: NOAUTH"},
 	} {
 		r := cliRunEnv(t, map[string]string{"DLOCK_REDIS_URL": tc.url}, "", "status", "x")
 		if r.code != exitAuth || !strings.Contains(r.stderr, tc.msg) || strings.Count(r.stderr, "\n") != 1 {
@@ -51,7 +50,7 @@ func TestWrongPassword(t *testing.T) {
 			t.Errorf("%s: the password is in the output: %q", tc.url, r.stderr)
 		}
 	}
-	r := cliRun(t, "run", "--redis", "redis://:s3cret-pw@"+srv.addr, "-v", "x", "--", "true")
+	r := cliRun(t, "run", "--redis", "redis://:s3cret-pw@"+srv.Addr(), "-v", "x", "--", "true")
 	if r.code != 0 {
 		t.Errorf("right password: exit %d, stderr %q", r.code, r.stderr)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,14 +42,14 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 
-	srv, err := startLocalRedis(context.Background())
+	srv, err := redistest.StartServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	redisURL = "redis://" + srv.addr
+	redisURL = "redis://" + srv.Addr()
 	code := m.Run()
-	if err := srv.stop(); err != nil {
+	if err := srv.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping redis-server:", err)
 	}
 	// Every Client, watchdog and connection the tests made must be gone.
@@ -131,6 +132,16 @@ func exitCode(t testing.TB, cmd *exec.Cmd) int {
 		t.Fatalf("%v did not exit within 30s", cmd.Args)
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // newRedis returns a go-redis client for the test server.

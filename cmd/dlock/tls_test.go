@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // TestTLS connects with rediss:// to a redis-server that speaks TLS with a
@@ -28,12 +30,8 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := startLocalRedis(t.Context(), "--tls-port", strconv.Itoa(port),
+	redistest.NewServer(t, "--tls-port", strconv.Itoa(port),
 		"--tls-cert-file", cert, "--tls-key-file", key, "--tls-auth-clients", "no")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.stop()
 	url := fmt.Sprintf("rediss://127.0.0.1:%d", port)
 
 	r := cliRun(t, "run", "--redis", url+"?skip_verify=true", "tls-job", "--", "true")
