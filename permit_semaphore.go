@@ -329,6 +329,11 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 	if p.isReleased() {
 		return fmt.Errorf("%w: semaphore %q: this permit was already released", ErrNotHeld, s.name)
 	}
+	// Not while the renewer runs: it would set the watchdog lease over
+	// this one.
+	ps := s.c.permits()
+	ps.leaseMu.Lock()
+	defer ps.leaseMu.Unlock()
 	d := s.leaseOf(lease)
 	start := time.Now()
 	now := nowMillis(start)
@@ -340,7 +345,7 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 		p.end(fmt.Errorf("%w: semaphore %q: permit not held at lease update", ErrLockLost, s.name))
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
 	}
-	s.c.permits().relet(p, lease == 0, start.Add(d))
+	ps.relet(p, lease == 0, start.Add(d))
 	return nil
 }
 
@@ -522,7 +527,11 @@ func (p *permit) extend(at time.Time) {
 // permitSet is a Client's permits and the goroutine that renews those
 // without a fixed lease.
 type permitSet struct {
-	c       *Client
+	c *Client
+	// leaseMu is held by a renewal tick and by UpdateLease: each sets
+	// leases in Redis, and a renewal must not overwrite a fixed lease
+	// that UpdateLease set after the tick chose which permits to renew.
+	leaseMu sync.Mutex
 	mu      sync.Mutex
 	permits map[*permit]struct{}
 	renewed int           // how many have watchdog set
@@ -689,6 +698,8 @@ func (ps *permitSet) renewLoop(stop, done chan struct{}) {
 
 // renew renews every watchdog permit, one script call per semaphore.
 func (ps *permitSet) renew(ctx context.Context) {
+	ps.leaseMu.Lock()
+	defer ps.leaseMu.Unlock()
 	groups := map[string][]*permit{}
 	ps.mu.Lock()
 	for p := range ps.permits {
