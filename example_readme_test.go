@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +151,27 @@ func TestReadmeProgram(t *testing.T) {
 	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=", "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("README program does not build: %v\n%s", err, out)
+	}
+}
+
+// TestReadmeQuickStart: the contributors' quick start keeps the commands
+// CI and newcomers run, make demo and make test, in a sh block, and the
+// install commands are there for users.
+func TestReadmeQuickStart(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sh strings.Builder
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllSubmatch(b, -1) {
+		sh.Write(m[1])
+	}
+	for _, want := range []string{
+		"\nmake demo ", "\nmake test ",
+		"go get github.com/dlock-go/dlock ", "go install github.com/dlock-go/dlock/cmd/dlock@latest ",
+	} {
+		if !strings.Contains("\n"+sh.String(), want) {
+			t.Errorf("README.md has no %q in a ```sh block", strings.TrimSpace(want))
+		}
 	}
 }
