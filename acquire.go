@@ -14,110 +14,282 @@ import (
 const pollNoExpiry = time.Second
 
 // acquire takes the lock for the owner in ctx (or a new owner), waiting
-// unless try is set. Waiting is push: the waiter subscribes to the lock's
-// channel and sleeps until an unlock message or until the current hold's
-// lease runs out, whichever is first, so a lost message costs at most one
-// lease, never a hang.
+// unless try is set. Each round is one attempt (attemptOnce) and, while
+// another owner holds the lock, one sleep (waiter.sleep). Waiting is push:
+// the waiter subscribes to the lock's channel and sleeps until an unlock
+// message or until the current hold's lease runs out, whichever is first,
+// so a lost message costs at most one lease, never a hang. acquire returns
+// by ctx's deadline whatever Redis does: cleanup goes on in the background.
 func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
-	c := h.c
-	owner, ok := ownerFrom(ctx, c)
-	if !ok {
-		owner = c.newOwner()
+	req, err := h.request(ctx, try)
+	if err != nil {
+		return nil, err
 	}
-	lease := h.lease()
-	if hd := c.heldWith(h, owner); hd != nil && (hd.lease != lease || hd.watchdog == h.cfg.hasLease) {
-		// One hash key has one expiry: a re-entry with another lease
-		// would shorten or stretch the outer holds' lease behind their back.
-		return nil, fmt.Errorf("%w: %q: re-entered with a lease (%v, watchdog %v) other than the one it is held with (%v, watchdog %v)",
-			ErrInvalidOption, h.name, lease, !h.cfg.hasLease, hd.lease, hd.watchdog)
-	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var w *pubsub.Waiter
-	var last error // why the latest attempt failed, when the kind says
-	defer func() {
-		if w != nil {
-			w.Close(false)
-		}
-	}()
+	w := waiter{h: h, req: req}
+	defer w.stop()
 	for {
-		start := time.Now()
-		req := request{owner: owner, id: c.newRequest(), lease: lease, wait: !try, fence: h.cfg.fenced}
-		res, err := h.attempt(ctx, req)
+		lockCtx, res, err := h.attemptOnce(ctx, req, w.last)
 		switch {
+		case lockCtx != nil:
+			w.acquired = true
+			return lockCtx, nil
 		case err != nil:
-			// The script may have run although no reply came back.
-			h.settle(ctx, req)
-			if ctxDone(ctx) {
-				return nil, h.gaveUp(ctx, req, last)
-			}
-			h.abandon(ctx, req)
-			return nil, fmt.Errorf("dlock: lock %q: %w", h.name, err)
-		case res.acquired && time.Since(start) >= validity(h.kind, lease):
-			// The answer came after the lease it set had run out on our
-			// clock (a long outage, a command re-sent after a restart and
-			// answered from its latch): the lock may be someone else's by
-			// now. Give it back and try again.
-			h.giveBack(ctx, req)
-			if try {
-				return nil, notObtained(h.name, errLateReply)
-			}
-			continue
-		case res.acquired:
-			if w != nil {
-				w.Close(true)
-				w = nil
-			}
-			lockCtx, err := c.register(ctx, h, owner, res.token, start)
-			if err != nil {
-				h.giveBack(ctx, req)
-			}
-			return lockCtx, err
+			return nil, err
 		case try:
 			return nil, notObtained(h.name, res.reason)
 		}
-		last = res.reason
+		if err := w.sleep(ctx, res); err != nil {
+			return nil, err
+		}
+	}
+}
 
-		wait := res.ttl
-		if res.ttl < 0 {
-			wait = pollNoExpiry
+// request returns the request of a Lock or TryLock with ctx: the owner in
+// ctx or a new one, and the handle's lease. A re-entry must set the lease
+// its hold was taken with: one hash key has one expiry, and another lease
+// would shorten or stretch the outer holds' lease behind their back.
+func (h *handle) request(ctx context.Context, try bool) (request, error) {
+	owner, ok := ownerFrom(ctx, h.c)
+	if !ok {
+		owner = h.c.newOwner()
+	}
+	req := request{owner: owner, lease: h.lease(), wait: !try, fence: h.cfg.fenced}
+	if hd := h.c.held(h, owner); hd != nil && (hd.lease != req.lease || hd.watchdog == h.cfg.hasLease) {
+		return req, fmt.Errorf("%w: %q: re-entered with a lease (%v, watchdog %v) other than the one it is held with (%v, watchdog %v)",
+			ErrInvalidOption, h.name, req.lease, !h.cfg.hasLease, hd.lease, hd.watchdog)
+	}
+	return req, nil
+}
+
+// attemptOnce makes one attempt for req and, when it succeeds, registers
+// the hold and returns its lock context. When another owner holds the
+// lock it returns the attempt's result for the wait; last is why the
+// previous attempt failed, for the error if ctx ends now.
+func (h *handle) attemptOnce(ctx context.Context, req request, last error) (context.Context, attemptResult, error) {
+	hd, err := h.enter(ctx, req.owner)
+	if err != nil {
+		return nil, attemptResult{}, h.gaveUp(ctx, req, last)
+	}
+	done := func() {} // called once the attempt has finished
+	if hd != nil {
+		req.reentry, req.token, done = true, h.c.lastToken(hd), hd.unlockOp
+	}
+	start := time.Now()
+	res, left, err := h.call(ctx, req, done)
+	if !left {
+		defer done()
+	}
+	switch {
+	case err != nil && ctxDone(ctx):
+		return nil, res, h.gaveUp(ctx, req, last)
+	case err != nil:
+		h.leave(req)
+		return nil, res, fmt.Errorf("dlock: lock %q: %w", h.name, err)
+	case res.acquired && time.Since(start) >= validity(h.kind, req.lease):
+		// The answer came after the lease it set had run out on our
+		// clock (a long outage, a command re-sent after a restart): the
+		// lock may be someone else's by now. Give it back and try again.
+		h.giveBack(req)
+		return nil, attemptResult{reason: errLateReply}, nil
+	case res.acquired:
+		lockCtx, err := h.c.register(ctx, h, req, res.token, start)
+		if err != nil {
+			h.giveBack(req)
 		}
-		timer.Reset(wait)
-		var wake <-chan struct{} // nil: only the timer wakes a kind without a channel
-		switch ch := h.kind.channel(owner); {
-		case ch == "":
-		case w == nil:
-			// Subscribe, then try again before sleeping: the unlock may
-			// have been published before the subscription was confirmed.
-			if w, err = c.hub.Subscribe(ctx, ch); err != nil {
-				if ctx.Err() != nil {
-					return nil, h.gaveUp(ctx, req, last)
-				}
-				if errors.Is(err, pubsub.ErrClosed) {
-					return nil, ErrClosed // Close raced this Lock
-				}
-				h.abandon(ctx, req)
-				return nil, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
+		return lockCtx, res, err
+	}
+	return nil, res, nil
+}
+
+// enter prepares an attempt by owner. When owner holds the lock through
+// this Client already, the attempt is a re-entry: enter returns the hold
+// with its op taken, so that no Unlock releases the hold while the attempt
+// is on its way. Otherwise enter waits until background work on the
+// owner's earlier hold of this lock (a give-back, a release) is done, and
+// returns nil.
+func (h *handle) enter(ctx context.Context, owner string) (*hold, error) {
+	for {
+		hd := h.c.held(h, owner)
+		if hd == nil {
+			return nil, h.c.awaitIdle(ctx, holdKey{h.kind.key(), h.kind.field(owner)})
+		}
+		if err := hd.lockOp(ctx); err != nil {
+			return nil, err
+		}
+		h.c.mu.Lock()
+		ok := h.c.registered(hd)
+		h.c.mu.Unlock()
+		if ok {
+			return hd, nil
+		}
+		hd.unlockOp() // released or lost meanwhile: look again
+	}
+}
+
+// reply is the outcome of one attempt.
+type reply struct {
+	res attemptResult
+	err error
+}
+
+// call runs one attempt (attemptSynced). When ctx can end, the attempt
+// runs on its own goroutine and call returns when ctx ends, if that comes
+// first, even on a Redis client that ignores ctx: the attempt goes on in
+// the background (left is true), what it took is given back there, and
+// done is called when it has finished.
+func (h *handle) call(ctx context.Context, req request, done func()) (res attemptResult, left bool, err error) {
+	if ctx.Done() == nil {
+		res, err = h.attemptSynced(ctx, req)
+		return res, false, err
+	}
+	replied := make(chan reply, 1)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	go func() {
+		defer cancel()
+		res, err := h.attemptSynced(actx, req)
+		replied <- reply{res, err}
+	}()
+	select {
+	case r := <-replied:
+		return r.res, false, r.err
+	case <-ctx.Done():
+		h.c.background(h.holdKey(req.owner), func(context.Context) {
+			defer done()
+			if r := <-replied; r.err == nil && r.res.acquired {
+				h.giveBack(req)
 			}
-			wake = w.Ready()
+			h.leave(req) // the attempt may have queued the owner after gaveUp took it out
+		})
+		return attemptResult{}, true, ctxErr(ctx)
+	}
+}
+
+// attemptSynced makes one attempt. A hold it took that did not reach
+// enough replicas (WithReplicaSync) is given back, and the error wraps
+// ErrNotReplicated. An attempt that failed without an answer may have run
+// all the same: what it may have taken is given back too.
+func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult, error) {
+	req.check = new(replicaCheck)
+	res, err := h.kind.attempt(ctx, req)
+	if err != nil {
+		h.giveBack(req)
+		return res, err
+	}
+	if short := req.check.failed(); res.acquired && short != nil {
+		h.giveBack(req)
+		return attemptResult{}, short
+	}
+	return res, nil
+}
+
+// giveBack releases, in the background, a hold that an attempt may have
+// taken but the caller will not get, and waits cleanupGrace for it. A
+// re-entry took nothing the owner did not hold already.
+func (h *handle) giveBack(req request) {
+	if req.reentry {
+		return
+	}
+	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		defer cancel()
+		if _, err := h.kind.release(ctx, req); err != nil {
+			h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
+		}
+	}))
+}
+
+// leave takes a waiter that stopped waiting out of the kind's queue, for
+// kinds that keep one (the fair lock), in the background, and waits
+// cleanupGrace for it.
+func (h *handle) leave(req request) {
+	a, ok := h.kind.(abandoner)
+	if !ok || !req.wait {
+		return
+	}
+	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		defer cancel()
+		if err := a.abandon(ctx, req); err != nil {
+			h.c.cfg.logger.Warn("dlock: leaving the wait queue failed", "lock", h.name, "error", err)
+		}
+	}))
+}
+
+// holdKey names owner's hold on h's lock.
+func (h *handle) holdKey(owner string) holdKey { return holdKey{h.kind.key(), h.kind.field(owner)} }
+
+// waiter is the waiting side of a Lock: the subscription to the lock's
+// channel, made at the first sleep, and the timer that bounds each sleep.
+type waiter struct {
+	h        *handle
+	req      request
+	sub      *pubsub.Waiter
+	timer    *time.Timer
+	last     error // why the latest attempt failed, when the kind says
+	acquired bool  // the Lock succeeded: a wake-up it had was used
+}
+
+// sleep waits after an attempt that found the lock held: until an unlock
+// message, the end of the current hold's lease (res.ttl), or the end of
+// ctx. The first sleep subscribes and ends when the subscription is
+// confirmed, since the unlock may have been published before.
+func (w *waiter) sleep(ctx context.Context, res attemptResult) error {
+	h := w.h
+	w.last = res.reason
+	d := res.ttl
+	if d < 0 {
+		d = pollNoExpiry
+	}
+	if w.timer == nil {
+		w.timer = time.NewTimer(d)
+	} else {
+		w.timer.Reset(d)
+	}
+	var wake <-chan struct{} // nil: only the timer wakes a kind without a channel
+	switch ch := h.kind.channel(w.req.owner); {
+	case ch == "":
+	case w.sub == nil:
+		sub, err := h.c.hub.Subscribe(ctx, ch)
+		switch {
+		case err == nil:
+			w.sub, wake = sub, sub.Ready()
+		case ctx.Err() != nil:
+			return h.gaveUp(ctx, w.req, w.last)
+		case errors.Is(err, pubsub.ErrClosed):
+			return ErrClosed // Close raced this Lock
 		default:
-			wake = w.Wake()
+			h.leave(w.req)
+			return fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
 		}
-		select {
-		case <-wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, h.gaveUp(ctx, req, last)
-		}
-		if c.isClosed() {
-			// The Redis client may still work: leave the queue rather
-			// than hold it up like a dead process until our deadline.
-			h.abandon(ctx, req)
-			return nil, ErrClosed
-		}
+	default:
+		wake = w.sub.Wake()
+	}
+	select {
+	case <-wake:
+	case <-w.timer.C:
+	case <-ctx.Done():
+		return h.gaveUp(ctx, w.req, w.last)
+	}
+	if h.c.isClosed() {
+		// The Redis client may still work: leave the queue rather than
+		// hold it up like a dead process until our deadline.
+		h.leave(w.req)
+		return ErrClosed
+	}
+	return nil
+}
+
+// stop ends the wait: the subscription goes, passing on a wake-up that a
+// Lock that failed did not use.
+func (w *waiter) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.sub != nil {
+		w.sub.Close(w.acquired)
 	}
 }
 
@@ -134,9 +306,9 @@ func notObtained(name string, reason error) error {
 }
 
 // gaveUp is the error for a wait that ctx ended; last is why the latest
-// attempt failed, if the kind said.
+// attempt failed, if the kind said. The owner leaves the kind's queue.
 func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
-	h.abandon(ctx, req)
+	h.leave(req)
 	if last != nil {
 		return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotObtained, h.name, ctxErr(ctx), last)
 	}
@@ -157,41 +329,3 @@ func ctxErr(ctx context.Context) error {
 }
 
 func ctxDone(ctx context.Context) bool { return ctxErr(ctx) != nil }
-
-// settle is called when an attempt failed without an answer (ctx ended,
-// the connection broke, the reply timed out): the script may have run all
-// the same, leaving a hold nobody knows about. It sends the same request
-// again, whose latch answers as the first run did, and gives back what it
-// took. A first run that never arrived may also take the lock now; that
-// hold is given back too.
-func (h *handle) settle(ctx context.Context, req request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	req.wait = false
-	if res, err := h.attempt(ctx, req); err == nil && res.acquired {
-		h.giveBack(ctx, req)
-	}
-}
-
-// giveBack releases a hold that an attempt took but the caller will not
-// get.
-func (h *handle) giveBack(ctx context.Context, req request) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	rel := request{owner: req.owner, id: h.c.newRequest(), lease: req.lease}
-	if _, err := h.kind.release(ctx, rel); err != nil {
-		h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
-	}
-}
-
-// abandon tells the kind the owner no longer waits, even though ctx is done.
-func (h *handle) abandon(ctx context.Context, req request) {
-	if !req.wait {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := h.kind.abandon(ctx, req); err != nil {
-		h.c.cfg.logger.Warn("dlock: leaving the wait queue failed", "lock", h.name, "error", err)
-	}
-}

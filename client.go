@@ -35,6 +35,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	holds  map[holdKey]*hold
+	busy   map[holdKey]*busy // background operations per owner's hold
 	closed bool
 }
 
@@ -78,6 +79,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cfg:     cfg,
 		cluster: isCluster(rdb),
 		holds:   map[holdKey]*hold{},
+		busy:    map[holdKey]*busy{},
 	}
 	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
 	c.hub.OnError = func(err error) {
@@ -115,8 +117,11 @@ func (c *Client) Close() error {
 
 	c.watchdog.Close()
 	closePermits(c) // permit semaphores: renewer and permit contexts
-	for _, h := range holds {
-		h.end(ErrClosed)
+	for _, hd := range holds {
+		hd.expiry.Stop()
+		for _, a := range hd.acqs {
+			a.cancel(ErrClosed)
+		}
 	}
 	return c.hub.Close()
 }
@@ -132,7 +137,7 @@ func (c *Client) newOwner() string {
 	return c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
 }
 
-// newRequest returns an id for one acquire or release request.
+// newRequest returns an id for a force release's request latch.
 func (c *Client) newRequest() string {
 	return c.id + ":" + strconv.FormatUint(c.requests.Add(1), 36)
 }
@@ -165,22 +170,4 @@ func newHub(rdb redis.UniversalClient, sharded bool) (string, *pubsub.Hub) {
 			cc.ReloadState)
 	}
 	return "publish", pubsub.New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
-}
-
-// eval runs a lock script that changes a lock's state (acquire, release,
-// force release) by EVALSHA, falling back to EVAL on NOSCRIPT. Every kind
-// sends its writes through here, so what must follow each write is done in
-// one place: an acquire attempt made with WithReplicaSync waits for
-// replicas on the script's connection (see replicas.go).
-func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if chk := replicaCheckFrom(ctx, c); chk != nil {
-		return c.evalSynced(ctx, chk, s, keys, args...)
-	}
-	var cmd *redis.Cmd
-	retryTransient(ctx, func() error {
-		cmd = s.Run(ctx, c.rdb, keys, args...)
-		c.reroute(ctx, cmd.Err())
-		return cmd.Err()
-	})
-	return cmd
 }

@@ -92,23 +92,13 @@ func (k *fairKind) renewer() renewer            { return hashRenewer{} }
 func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" + owner }
 
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, k.queue, k.deadlines, k.token, acquireLatch(k.name, r.id)}
-	res, err := k.c.eval(ctx, scripts.FairAcquire, keys,
-		millis(r.lease), r.owner, k.wait, boolArg(r.wait), boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
-	if err != nil {
-		return attemptResult{}, err
-	}
-	return parseAttempt(res)
+	return k.c.acquireScript(ctx, r, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token},
+		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r))
 }
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, releaseLatch(k.name, r.id)}
-	n, err := k.c.eval(ctx, scripts.FairRelease, keys,
-		unlockMessage, millis(r.lease), r.owner, k.c.publish, millis(k.c.cfg.latchTTL), k.wait).Int64()
-	if err != nil {
-		return 0, err
-	}
-	return parseRelease(n), nil
+	return k.c.releaseScript(ctx, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
+		unlockMessage, r.owner, k.c.publish, k.wait)
 }
 
 // abandon takes a waiter that gave up out of the queue.
@@ -119,7 +109,5 @@ func (k *fairKind) abandon(ctx context.Context, r request) error {
 
 func (k *fairKind) forceRelease(ctx context.Context) (bool, error) {
 	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, releaseLatch(k.name, k.c.newRequest())}
-	n, err := k.c.eval(ctx, scripts.FairForceRelease, keys,
-		unlockMessage, k.c.publish, k.wait, millis(k.c.cfg.latchTTL)).Int64()
-	return n == 1, err
+	return k.c.forceScript(ctx, scripts.FairForceRelease, keys, unlockMessage, k.c.publish, k.wait)
 }

@@ -222,7 +222,7 @@ func TestFairTryLockDoesNotQueue(t *testing.T) {
 	// A waiter that never comes back (a dead process) is queued, then the
 	// lock is freed: it is that waiter's turn, not TryLock's.
 	k := m.kind.(*fairKind)
-	dead := request{owner: "dead:1", id: c.newRequest(), lease: time.Second, wait: true}
+	dead := request{owner: "dead:1", lease: time.Second, wait: true}
 	if res, err := k.attempt(ctx, dead); err != nil || res.acquired {
 		t.Fatalf("dead waiter's attempt: %+v, %v", res, err)
 	}
@@ -256,7 +256,7 @@ func TestFairDeadWaiterSkipped(t *testing.T) {
 	holder := mustFair(t, c, name, WithFairWaitTimeout(wait))
 	held := mustLock(t, ctx, holder)
 	k := holder.kind.(*fairKind)
-	if _, err := k.attempt(ctx, request{owner: "dead:1", id: c.newRequest(), lease: time.Second, wait: true}); err != nil {
+	if _, err := k.attempt(ctx, request{owner: "dead:1", lease: time.Second, wait: true}); err != nil {
 		t.Fatal(err)
 	}
 	live := mustFair(t, newClient(t, nil), name, WithFairWaitTimeout(wait))
@@ -404,7 +404,7 @@ func TestFairAbandonWakesNextHead(t *testing.T) {
 	holder := mustFair(t, c, name)
 	held := mustLock(t, ctx, holder)
 	k := holder.kind.(*fairKind)
-	head := request{owner: "head:1", id: c.newRequest(), lease: time.Second, wait: true}
+	head := request{owner: "head:1", lease: time.Second, wait: true}
 	if _, err := k.attempt(ctx, head); err != nil {
 		t.Fatal(err)
 	}

@@ -2,20 +2,22 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 )
 
-// holdKey names one owner's holds on one lock.
+// holdKey names one owner's hold on one lock.
 type holdKey struct {
 	key, field string
 }
 
-// hold is what the Client knows of one owner's holds on one lock: one
-// acquisition per successful Lock not yet matched by an Unlock, and the
-// local deadline by which the lease must have been confirmed again. All
-// fields are guarded by the Client's mutex.
+// hold is what the Client knows of one owner's hold on one lock: Redis
+// marks the hold with the owner's field; the Client counts its
+// acquisitions (one per successful Lock not yet matched by an Unlock) and
+// keeps the local deadline by which the lease must have been confirmed
+// again. Fields other than op are guarded by the Client's mutex.
 type hold struct {
 	c        *Client
 	kind     kind
@@ -24,20 +26,36 @@ type hold struct {
 	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(kind, lease)
 	watchdog bool          // renewed by the watchdog, rather than a fixed lease
 	acqs     []*acquisition
-	expiry   *time.Timer // fires when the lease has run out on the local clock
+	token    int64       // the latest fencing token, 0 if none
+	until    time.Time   // the local deadline
+	expiry   *time.Timer // fires at until
+	// op is held while a re-entry's attempt is in flight and while an
+	// Unlock decides whether it releases the last acquisition, so that a
+	// re-entry is never counted on a hold whose release is on its way.
+	op chan struct{}
 }
 
-// acquisition is one successful Lock: its lock context and fencing token,
-// and, once Unlock has been called with it, the request id of its release.
-// An Unlock that failed and is called again sends the same request, so the
-// release's latch keeps it from counting down twice. Its mutable fields are
-// guarded by the Client's mutex.
+func (hd *hold) holdKey() holdKey { return holdKey{hd.kind.key(), hd.kind.field(hd.owner)} }
+
+// lockOp takes hd.op, unless ctx ends first.
+func (hd *hold) lockOp(ctx context.Context) error {
+	select {
+	case hd.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	}
+}
+
+func (hd *hold) unlockOp() { <-hd.op }
+
+// acquisition is one successful Lock: its lock context and fencing token.
+// unlocked is guarded by the Client's mutex.
 type acquisition struct {
 	hold     *hold
 	cancel   context.CancelCauseFunc
 	token    int64
-	release  string // request id of the release, once Unlock was called
-	unlocked bool   // a release succeeded
+	unlocked bool // Unlock was called with it
 }
 
 // Context keys. A lock context carries the owner (per Client, so that
@@ -65,17 +83,16 @@ func Token(ctx context.Context) (token int64, ok bool) {
 	return token, ok
 }
 
-// register records a successful acquisition that started at start and
-// returns its lock context. The lease is counted from start, before the
-// command was sent, so the local deadline is never later than Redis's. It
-// fails only when the Client was closed meanwhile.
-func (c *Client) register(ctx context.Context, h *handle, owner string, token int64, start time.Time) (context.Context, error) {
+// register records a successful acquisition by req.owner, sent at start,
+// and returns its lock context. The lease is counted from start, before
+// the command was sent, so the local deadline is never later than Redis's.
+// It fails only when the Client was closed meanwhile.
+func (c *Client) register(ctx context.Context, h *handle, req request, token int64, start time.Time) (context.Context, error) {
 	lockCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	lockCtx = context.WithValue(lockCtx, ownerKey{c}, owner)
-	if h.cfg.fenced {
+	lockCtx = context.WithValue(lockCtx, ownerKey{c}, req.owner)
+	if req.fence {
 		lockCtx = context.WithValue(lockCtx, tokenKey{}, token)
 	}
-	lease := h.lease()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -83,100 +100,124 @@ func (c *Client) register(ctx context.Context, h *handle, owner string, token in
 		cancel(ErrClosed)
 		return nil, ErrClosed
 	}
-	k := holdKey{h.kind.key(), h.kind.field(owner)}
+	k := holdKey{h.kind.key(), h.kind.field(req.owner)}
 	hd := c.holds[k]
 	if hd == nil {
-		hd = &hold{c: c, kind: h.kind, owner: owner, lease: lease, valid: validity(h.kind, lease), watchdog: !h.cfg.hasLease}
-		hd.expiry = time.AfterFunc(time.Until(start.Add(hd.valid)), func() {
-			c.lose(hd, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, lease))
+		hd = &hold{c: c, kind: h.kind, owner: req.owner, lease: req.lease, valid: validity(h.kind, req.lease),
+			watchdog: !h.cfg.hasLease, op: make(chan struct{}, 1)}
+		hd.until = start.Add(hd.valid)
+		hd.expiry = time.AfterFunc(time.Until(hd.until), func() {
+			c.lose(hd, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, hd.lease))
 		})
 		c.holds[k] = hd
 		if hd.watchdog {
 			c.watchdog.Add(hd)
 		}
 	} else {
-		// A reentrant acquisition set the lease again.
-		hd.expiry.Reset(time.Until(start.Add(hd.valid)))
+		hd.extend(start) // a re-entry set the lease again
 	}
+	hd.token = max(hd.token, token)
 	acq := &acquisition{hold: hd, cancel: cancel, token: token}
 	hd.acqs = append(hd.acqs, acq)
 	return context.WithValue(lockCtx, acqKey{c, h.kind.key(), h.kind.role()}, acq), nil
 }
 
-// heldWith returns the hold owner already has on h's lock, if any.
-func (c *Client) heldWith(h *handle, owner string) *hold {
+// extend moves the hold's local deadline after a request sent at start set
+// its lease again. c.mu must be held.
+func (hd *hold) extend(start time.Time) {
+	if until := start.Add(hd.valid); until.After(hd.until) {
+		hd.until = until
+		hd.expiry.Reset(time.Until(until))
+	}
+}
+
+// held returns the hold owner has on h's lock, if any.
+func (c *Client) held(h *handle, owner string) *hold {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.holds[holdKey{h.kind.key(), h.kind.field(owner)}]
 }
 
-// releasing returns the request id with which to release acq: a new one
-// the first time, the same one when an Unlock is tried again. It fails when
-// acq was already released.
-func (c *Client) releasing(acq *acquisition) (string, error) {
+// holdCount is the hold count to report for the owner's hold k when Redis
+// counts n: the Client's count of its acquisitions, if it has the hold.
+func (c *Client) holdCount(k holdKey, n int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if acq.unlocked {
-		return "", ErrNotHeld
+	if hd := c.holds[k]; hd != nil && len(hd.acqs) > 0 {
+		return len(hd.acqs)
 	}
-	if acq.release == "" {
-		acq.release = c.newRequest()
-	}
-	return acq.release, nil
+	return n
 }
 
-// released records the successful release of acq: its lock context ends,
-// and with the hold's last acquisition the hold goes, watchdog and timer
-// included, before Unlock returns. That order is what keeps renewal from
-// outliving the lock (Redisson #7272).
-func (c *Client) released(acq *acquisition) {
+// lastToken returns the latest fencing token of hd.
+func (c *Client) lastToken(hd *hold) int64 {
 	c.mu.Lock()
-	acq.unlocked = true
-	hd := acq.hold
-	if i := slices.Index(hd.acqs, acq); i >= 0 {
-		hd.acqs = slices.Delete(hd.acqs, i, i+1)
-		if len(hd.acqs) == 0 && c.holds[holdKey{hd.kind.key(), hd.kind.field(hd.owner)}] == hd {
-			c.drop(hd)
-		}
-	}
-	c.mu.Unlock()
-	acq.cancel(ErrUnlocked)
+	defer c.mu.Unlock()
+	return hd.token
 }
+
+// registered reports whether hd is still the Client's record of its hold.
+// c.mu must be held.
+func (c *Client) registered(hd *hold) bool { return c.holds[hd.holdKey()] == hd }
+
+// unhold takes acq out of its hold for Unlock, with hd.op held. When it
+// was the hold's last acquisition, the hold leaves the registry, the
+// watchdog and its timer before its release is sent (which is what keeps
+// renewal from outliving the lock, Redisson #7272), and unhold returns the
+// busy mark under which the release must run (spawn), so that a new
+// acquisition by the owner waits for it. The error is
+// errReleased or errLost when there is nothing to release.
+func (c *Client) unhold(acq *acquisition) (release *busy, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hd := acq.hold
+	if acq.unlocked {
+		return nil, errReleased
+	}
+	acq.unlocked = true
+	if !c.registered(hd) {
+		return nil, errLost
+	}
+	hd.acqs = slices.DeleteFunc(hd.acqs, func(a *acquisition) bool { return a == acq })
+	if len(hd.acqs) > 0 {
+		return nil, nil
+	}
+	c.drop(hd)
+	return c.addBusy(hd.holdKey()), nil
+}
+
+// Why unhold refuses.
+var (
+	errReleased = errors.New("this hold was already released")
+	errLost     = errors.New("the lock was lost")
+)
 
 // lose ends a hold whose lock is gone and tells its holder: every lock
 // context of the hold is cancelled with cause err. A hold that was already
 // released or replaced is left alone.
 func (c *Client) lose(hd *hold, err error) {
 	c.mu.Lock()
-	if c.holds[holdKey{hd.kind.key(), hd.kind.field(hd.owner)}] != hd {
+	if !c.registered(hd) {
 		c.mu.Unlock()
 		return
 	}
 	c.drop(hd)
+	acqs := hd.acqs
+	hd.acqs = nil
 	c.mu.Unlock()
 	c.cfg.logger.Warn("dlock: lock lost", "lock", hd.kind.key(), "owner", hd.owner, "error", err)
-	hd.end(err)
+	for _, a := range acqs {
+		a.cancel(err)
+	}
 }
 
 // drop removes a hold from the registry, the watchdog and its timer.
 // c.mu must be held.
 func (c *Client) drop(hd *hold) {
-	delete(c.holds, holdKey{hd.kind.key(), hd.kind.field(hd.owner)})
+	delete(c.holds, hd.holdKey())
 	hd.expiry.Stop()
 	if hd.watchdog {
 		c.watchdog.Remove(hd)
-	}
-}
-
-// end cancels every lock context the hold still has.
-func (hd *hold) end(cause error) {
-	hd.c.mu.Lock()
-	acqs := hd.acqs
-	hd.acqs = nil
-	hd.c.mu.Unlock()
-	hd.expiry.Stop()
-	for _, a := range acqs {
-		a.cancel(cause)
 	}
 }
 
@@ -184,7 +225,7 @@ func (hd *hold) end(cause error) {
 func (c *Client) renewed(hd *hold, start time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.holds[holdKey{hd.kind.key(), hd.kind.field(hd.owner)}] == hd {
-		hd.expiry.Reset(time.Until(start.Add(hd.valid)))
+	if c.registered(hd) {
+		hd.extend(start)
 	}
 }

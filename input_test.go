@@ -16,7 +16,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 		WithWatchdogTimeout(0), WithWatchdogTimeout(-time.Second), WithWatchdogTimeout(time.Millisecond),
 		WithWatchdogTimeout(1000 * 24 * time.Hour),
 		WithRenewalBatchSize(0), WithRenewalBatchSize(-1),
-		WithLatchTTL(0), WithLogger(nil),
+		WithLogger(nil),
 	} {
 		if _, err := New(rdb, o); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("New with a bad option: %v, want ErrInvalidOption", err)
@@ -54,7 +54,7 @@ func TestCompanionKeysShareSlot(t *testing.T) {
 		k := newMutexKind(nil, name)
 		keys := []string{
 			k.channelName, k.token,
-			acquireLatch(name, "id"), releaseLatch(name, "id"),
+			releaseLatch(name, "id"),
 			suffixName(name, "rwlock_timeout"),
 		}
 		for _, key := range keys {

@@ -2,17 +2,27 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // kind is what one kind of lock contributes to the shared engine: its
-// scripts and its rules. The engine (acquire.go, hold.go, renew.go) does the
-// rest for every kind: waiting, ownership, lock contexts, the watchdog and
-// lost-lock notices.
+// scripts and its rules. The engine (acquire.go, hold.go, release.go,
+// renew.go) does the rest for every kind: waiting, ownership and
+// re-entry counts, lock contexts, the watchdog and lost-lock notices.
+//
+// A kind's scripts are safe to run twice, which is what a Redis client does
+// when a reply is lost: acquire sets the owner's field to 1 whether it is
+// there or not (the Client, not Redis, counts re-entries), and release
+// deletes the owner's field, so a second run finds nothing (eval tells the
+// engine when it re-sent). No request writes a key of its own.
 type kind interface {
 	// key is the Redis key that holds the lock.
 	key() string
-	// field is the hash field that counts owner's holds.
+	// field is the hash field that marks owner's hold.
 	field(owner string) string
 	// role tells apart locks that share a key, such as the read and write
 	// halves of a read-write lock ("" for a plain lock).
@@ -21,26 +31,39 @@ type kind interface {
 	// when the kind has no unlock messages (RedLock: its nodes share no
 	// channel), and waiters retry after the ttl an attempt reports.
 	channel(owner string) string
-	// attempt makes one try at acquiring.
+	// attempt makes one try at taking the lock for r.owner, or at
+	// confirming that r.owner holds it (a re-entry), setting the lease.
 	attempt(ctx context.Context, r request) (attemptResult, error)
-	// release gives back one hold.
+	// release gives back r.owner's hold, whatever its re-entry count.
 	release(ctx context.Context, r request) (releaseResult, error)
-	// abandon is called when owner stops waiting without the lock, for
-	// kinds that keep waiters in Redis (the fair lock's queue).
-	abandon(ctx context.Context, r request) error
 	// forceRelease deletes the lock whoever holds it.
 	forceRelease(ctx context.Context) (bool, error)
 	// renewer renews this kind's holds for the watchdog.
 	renewer() renewer
 }
 
+// abandoner is implemented by kinds that keep waiters in Redis (the fair
+// lock's queue): abandon is called when owner stops waiting without the
+// lock.
+type abandoner interface {
+	abandon(ctx context.Context, r request) error
+}
+
 // request is one call to a kind's script.
 type request struct {
 	owner string
-	id    string        // unique per call; names the call's latch key
 	lease time.Duration // lease to set
 	wait  bool          // the caller will wait if the attempt fails
 	fence bool          // increment the fencing token
+	// reentry is set when the owner holds the lock through this Client
+	// already: the attempt confirms the hold, and there is nothing to
+	// give back if the caller does not take it.
+	reentry bool
+	// token is the owner's latest fencing token on a re-entry, 0 if none.
+	token int64
+	// check, when set, receives the outcome of the replica sync that
+	// follows an acquire script (WithReplicaSync).
+	check *replicaCheck
 }
 
 type attemptResult struct {
@@ -52,6 +75,13 @@ type attemptResult struct {
 	// ErrNotObtained error.
 	reason error
 }
+
+type releaseResult int
+
+const (
+	released releaseResult = iota + 1 // the owner's hold is gone
+	notHeld                           // the owner did not hold the lock
+)
 
 // drifter is implemented by kinds whose lease runs on clocks other than the
 // local one in a way the engine must allow for (RedLock: several servers'
@@ -70,16 +100,79 @@ func validity(k kind, lease time.Duration) time.Duration {
 	return lease
 }
 
-type releaseResult int
-
+// Messages on a lock's channel, as in Redisson.
 const (
-	released  releaseResult = iota + 1 // the lock is free now
-	stillHeld                          // the owner still holds it (reentrant)
-	notHeld                            // the owner did not hold it
+	unlockMessage     = "0" // the lock is free: wake one waiter
+	readUnlockMessage = "1" // a write lock is free: wake every reader
 )
+
+// acquireScript runs an acquire script, whose reply is {1, token} when the
+// owner holds the lock and {0, pttl} when not (see parseAttempt).
+func (c *Client) acquireScript(ctx context.Context, r request, s *redis.Script, keys []string, args ...any) (attemptResult, error) {
+	res, err := c.evalAcquire(ctx, r.check, s, keys, args...).Int64Slice()
+	if err != nil {
+		return attemptResult{}, err
+	}
+	return parseAttempt(res)
+}
+
+// releaseScript runs a release script, whose reply is 1 or 0 when the
+// owner's hold is gone and -1 when the owner held none. A -1 to a command
+// the Redis client sent more than once is the answer to the repeat: the
+// first run released the hold and its reply was lost.
+func (c *Client) releaseScript(ctx context.Context, s *redis.Script, keys []string, args ...any) (releaseResult, error) {
+	cmd, resent := c.evalCounted(ctx, s, keys, args...)
+	n, err := cmd.Int64()
+	switch {
+	case err != nil:
+		return 0, err
+	case n < 0 && !resent:
+		return notHeld, nil
+	}
+	return released, nil
+}
+
+// parseAttempt reads the {acquired, token-or-pttl} reply of acquire scripts.
+func parseAttempt(res []int64) (attemptResult, error) {
+	if len(res) != 2 {
+		return attemptResult{}, errors.New("unexpected reply from the acquire script")
+	}
+	if res[0] == 1 {
+		return attemptResult{acquired: true, token: res[1]}, nil
+	}
+	ttl := time.Duration(res[1]) * time.Millisecond
+	if res[1] == -2 {
+		ttl = 0 // freed in between: try again at once
+	}
+	return attemptResult{ttl: ttl}, nil
+}
 
 // millis converts a duration for a script argument, rounding up so that a
 // positive duration never becomes zero (PEXPIRE 0 deletes the key).
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
+
+// fenceArg is the fencing argument of acquire scripts (fence.lua): "-1"
+// not fenced, "0" a first acquisition, the owner's previous token for a
+// re-entry, "-2" for a re-entry without one.
+func fenceArg(r request) string {
+	switch {
+	case !r.fence:
+		return "-1"
+	case !r.reentry:
+		return "0"
+	case r.token == 0:
+		return "-2"
+	}
+	return strconv.FormatInt(r.token, 10)
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }

@@ -87,43 +87,6 @@ func (h *handle) TryLock(ctx context.Context) (context.Context, error) {
 	return h.acquire(ctx, true)
 }
 
-// Unlock releases the hold that lockCtx stands for: lockCtx is a context
-// returned by Lock or TryLock on this lock (or derived from one), and it
-// ends with cause ErrUnlocked. The lock is free when every hold is
-// released. The error wraps ErrNotHeld when lockCtx carries no hold of this
-// lock, when that hold was already released, or when Redis no longer has it
-// (it expired or was taken). Unlock may be called again after an error: it
-// sends the same request, so a release that did reach Redis is not counted
-// twice.
-func (h *handle) Unlock(lockCtx context.Context) error {
-	if err := h.check(lockCtx); err != nil {
-		return err
-	}
-	c := h.c
-	acq, ok := lockCtx.Value(acqKey{c, h.kind.key(), h.kind.role()}).(*acquisition)
-	if !ok {
-		return fmt.Errorf("%w: %q: the context carries no hold of this lock; pass the context its Lock returned", ErrNotHeld, h.name)
-	}
-	id, err := c.releasing(acq)
-	if err != nil {
-		return fmt.Errorf("%w: %q: this hold was already released", ErrNotHeld, h.name)
-	}
-	// The lock context may already be cancelled (lost lock); the release
-	// still has to reach Redis, which may have the lock yet.
-	ctx := context.WithoutCancel(lockCtx)
-	res, err := h.kind.release(ctx, request{owner: acq.hold.owner, id: id, lease: h.lease()})
-	if err != nil {
-		return fmt.Errorf("dlock: unlock %q: %w", h.name, err)
-	}
-	if res == notHeld {
-		c.lose(acq.hold, fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
-		c.released(acq)
-		return fmt.Errorf("%w: %q", ErrNotHeld, h.name)
-	}
-	c.released(acq)
-	return nil
-}
-
 // ForceUnlock deletes the lock whoever holds it and wakes its waiters. It
 // reports whether there was a lock to delete. Holders find out at their
 // next renewal or Unlock.
@@ -150,8 +113,11 @@ func (h *handle) IsLocked(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// HoldCount returns how many holds the owner in ctx has on the lock: 0 when
-// ctx carries no owner or the owner does not hold it.
+// HoldCount returns how many holds the owner in ctx has on the lock: the
+// number of its Lock calls not yet matched by an Unlock, or 0 when ctx
+// carries no owner or Redis says the owner does not hold the lock. (Redis
+// stores 1 for a dlock owner however often it re-entered: the Client
+// counts re-entries.)
 func (h *handle) HoldCount(ctx context.Context) (int, error) {
 	if err := h.check(ctx); err != nil {
 		return 0, err
@@ -161,10 +127,13 @@ func (h *handle) HoldCount(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	n, err := h.c.rdb.HGet(ctx, h.kind.key(), h.kind.field(owner)).Int()
-	if err != nil && !isNil(err) {
+	switch {
+	case isNil(err):
+		return 0, nil
+	case err != nil:
 		return 0, fmt.Errorf("dlock: hold count %q: %w", h.name, err)
 	}
-	return n, nil
+	return h.c.holdCount(h.holdKey(owner), n), nil
 }
 
 // TTL returns how long the lock's current lease has left, or 0 when nobody

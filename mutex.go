@@ -2,11 +2,8 @@ package dlock
 
 import (
 	"context"
-	"errors"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
-	"github.com/redis/go-redis/v9"
 )
 
 // Mutex is a reentrant distributed lock with Redisson RLock's semantics and
@@ -52,74 +49,16 @@ func (k *mutexKind) renewer() renewer          { return hashRenewer{} }
 func (k *mutexKind) channel(string) string     { return k.channelName }
 
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, k.token, acquireLatch(k.name, r.id)}
-	res, err := k.c.eval(ctx, scripts.LockAcquire, keys,
-		millis(r.lease), r.owner, boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
-	if err != nil {
-		return attemptResult{}, err
-	}
-	return parseAttempt(res)
+	return k.c.acquireScript(ctx, r, scripts.LockAcquire, []string{k.name, k.token},
+		millis(r.lease), r.owner, fenceArg(r))
 }
 
 func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.channelName, releaseLatch(k.name, r.id)}
-	n, err := k.c.eval(ctx, scripts.LockRelease, keys,
-		unlockMessage, millis(r.lease), r.owner, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
-	if err != nil {
-		return 0, err
-	}
-	return parseRelease(n), nil
+	return k.c.releaseScript(ctx, scripts.LockRelease, []string{k.name, k.channelName},
+		unlockMessage, r.owner, k.c.publish)
 }
 
-func (k *mutexKind) abandon(context.Context, request) error { return nil }
-
-// forceRelease deletes the lock under a fresh request latch: a command
-// go-redis re-sends after a lost reply answers as the first run did, rather
-// than deleting a lock another owner took in between.
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {
-	keys := []string{k.name, k.channelName, releaseLatch(k.name, k.c.newRequest())}
-	n, err := k.c.eval(ctx, scripts.ForceRelease, keys, unlockMessage, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
-	return n == 1, err
+	return k.c.forceScript(ctx, scripts.ForceRelease,
+		[]string{k.name, k.channelName, releaseLatch(k.name, k.c.newRequest())}, unlockMessage, k.c.publish)
 }
-
-// Messages on a lock's channel, as in Redisson.
-const (
-	unlockMessage     = "0" // the lock is free: wake one waiter
-	readUnlockMessage = "1" // a write lock is free: wake every reader
-)
-
-// parseAttempt reads the {acquired, token-or-pttl} reply of acquire scripts.
-func parseAttempt(res []int64) (attemptResult, error) {
-	if len(res) != 2 {
-		return attemptResult{}, errors.New("unexpected reply from the acquire script")
-	}
-	if res[0] == 1 {
-		return attemptResult{acquired: true, token: res[1]}, nil
-	}
-	ttl := time.Duration(res[1]) * time.Millisecond
-	if res[1] == -2 {
-		ttl = 0 // freed in between: try again at once
-	}
-	return attemptResult{ttl: ttl}, nil
-}
-
-// parseRelease reads the 1/0/-1 reply of release scripts.
-func parseRelease(n int64) releaseResult {
-	switch n {
-	case 1:
-		return released
-	case 0:
-		return stillHeld
-	default:
-		return notHeld
-	}
-}
-
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
-func isNil(err error) bool { return errors.Is(err, redis.Nil) }

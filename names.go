@@ -13,7 +13,6 @@ const (
 	channelPrefix     = "redisson_lock__channel"
 	tokenPrefix       = "redisson_lock_token"
 	unlockLatchPrefix = "redisson_unlock_latch"
-	lockLatchPrefix   = "dlock_lock_latch"
 )
 
 // prefixName is Redisson's rule for a companion key in front of the name:
@@ -79,13 +78,8 @@ func crc16(s string) uint16 {
 	return crc
 }
 
-// acquireLatch is the key under which an acquire request records its
-// outcome, so that the same request sent again is not applied twice.
-func acquireLatch(name, request string) string {
-	return prefixName(lockLatchPrefix, name) + ":" + request
-}
-
-// releaseLatch is the same for a release request (Redisson's unlock latch).
+// releaseLatch is the key under which a force release records its outcome
+// until its reply is in (Redisson's unlock latch).
 func releaseLatch(name, request string) string {
 	return prefixName(unlockLatchPrefix, name) + ":" + request
 }

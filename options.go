@@ -16,11 +16,6 @@ const (
 	// renews at most.
 	DefaultRenewalBatchSize = 100
 
-	// DefaultLatchTTL is how long Redis remembers the outcome of one
-	// acquire or release request, so that a command re-sent by the Redis
-	// client after a lost reply is not applied twice.
-	DefaultLatchTTL = 20 * time.Second
-
 	// MaxLease is the longest lease dlock accepts.
 	MaxLease = 30 * 24 * time.Hour
 
@@ -38,7 +33,6 @@ type Option func(*config)
 type config struct {
 	watchdogTimeout time.Duration
 	batchSize       int
-	latchTTL        time.Duration
 	logger          *slog.Logger
 	replicas        replicaSync // WithReplicaSync; off by default
 	shardedPubSub   bool        // WithShardedPubSub; on by default
@@ -48,7 +42,6 @@ func defaultConfig() config {
 	return config{
 		watchdogTimeout: DefaultWatchdogTimeout,
 		batchSize:       DefaultRenewalBatchSize,
-		latchTTL:        DefaultLatchTTL,
 		logger:          slog.New(slog.DiscardHandler),
 		shardedPubSub:   true,
 	}
@@ -60,8 +53,6 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: watchdog timeout %v is outside [%v, %v]", ErrInvalidOption, c.watchdogTimeout, minWatchdogTimeout, MaxLease)
 	case c.batchSize < 1 || c.batchSize > 10000:
 		return fmt.Errorf("%w: renewal batch size %d is outside [1, 10000]", ErrInvalidOption, c.batchSize)
-	case c.latchTTL < time.Millisecond || c.latchTTL > time.Hour:
-		return fmt.Errorf("%w: latch TTL %v is outside [1ms, 1h]", ErrInvalidOption, c.latchTTL)
 	case c.logger == nil:
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 	}
@@ -79,14 +70,6 @@ func WithWatchdogTimeout(d time.Duration) Option {
 // at most. The default is DefaultRenewalBatchSize (100).
 func WithRenewalBatchSize(n int) Option {
 	return func(c *config) { c.batchSize = n }
-}
-
-// WithLatchTTL sets how long Redis remembers the outcome of one acquire or
-// release request. It must outlast the Redis client's own retries of one
-// command (go-redis: MaxRetries × (ReadTimeout + backoff)). The default is
-// DefaultLatchTTL (20 s).
-func WithLatchTTL(d time.Duration) Option {
-	return func(c *config) { c.latchTTL = d }
 }
 
 // WithLogger sets where the Client logs renewal failures and lost locks.

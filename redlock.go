@@ -140,21 +140,11 @@ func (k *redKind) drift(lease time.Duration) time.Duration {
 // primary is the Client whose registry holds this lock's holds.
 func (k *redKind) primary() *Client { return k.nodes[0].c }
 
-// holding reports whether owner holds the lock in this process already, so
-// that an attempt is a reentrant one.
-func (k *redKind) holding(owner string) bool {
-	c := k.primary()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.holds[holdKey{k.key(), k.field(owner)}] != nil
-}
-
 // attempt is one Redlock round: the acquire script on every node at once,
 // the fencing round if asked, and the validity check. A failed round is
 // undone before attempt returns, and its reason names the nodes.
 func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	start := time.Now()
-	reentry := k.holding(r.owner)
 	n := len(k.nodes)
 	failed := make([]*NodeError, n)
 	var ok, refused, held int
@@ -206,7 +196,9 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 		}
 		reason = fmt.Errorf("redlock: a quorum accepted after %v, past the validity of %v", elapsed, valid)
 	}
-	k.undo(ctx, r.owner, r.lease, round, reentry)
+	if !r.reentry {
+		k.undo(ctx, r, round)
+	}
 	if qe, ok := reason.(*QuorumError); ok && !qe.refused() {
 		// No node said the lock is taken: the nodes are down or refuse
 		// us (NOPERM), which a Mutex reports as an error too, not as a
@@ -246,36 +238,28 @@ func (k *redKind) fence(ctx context.Context, owner string, token int64) *QuorumE
 	return nil
 }
 
-// undo takes back a failed round. A first acquisition is released on every
-// node, those that seemed to fail included: they may have taken the lock
-// and lost only the reply. A reentrant one is taken back only where it was
-// granted, since elsewhere a release would take away one of the holds the
-// owner had before; a node that took it silently keeps one hold too many,
-// which expires with the lease once the owner releases the rest. Each
-// node's release waits for the round's request to that node (inflight).
-func (k *redKind) undo(ctx context.Context, owner string, lease time.Duration, round []*sentAttempt, reentry bool) {
+// undo takes back a failed round of a first acquisition: it is released on
+// every node, those that seemed to fail included, since they may have
+// taken the lock and lost only the reply. (A failed re-entry took nothing:
+// its nodes only set the lease of the owner's hold again.) Each node's
+// release waits for the round's request to that node (inflight).
+func (k *redKind) undo(ctx context.Context, r request, round []*sentAttempt) {
 	ctx = context.WithoutCancel(ctx) // the round may have ended because ctx did
-	r := request{owner: owner, id: k.primary().newRequest(), lease: lease}
 	fanOut(ctx, k.nodes, k.timeout, func(ctx context.Context, nd redNode) (releaseResult, error) {
-		ctx, cancel := k.sent.after(ctx, owner, nd.i, k.timeout)
+		ctx, cancel := k.sent.after(ctx, r.owner, nd.i, k.timeout)
 		defer cancel()
-		if reentry {
-			<-round[nd.i].done // after has waited for it already
-			if !round[nd.i].granted {
-				return notHeld, nil
-			}
-		}
 		return nd.m.release(ctx, r)
 	}, func(int, releaseResult, error) bool { return false })
 }
 
-// release gives back one hold on every node. The owner held the lock if a
-// quorum of nodes had its hold; if more than N - quorum nodes say they did
-// not, it did not; otherwise the outcome is unknown and the error says why.
+// release gives back the owner's hold on every node. The owner held the
+// lock if a quorum of nodes had its hold; if more than N - quorum nodes say
+// they did not, it did not; otherwise the outcome is unknown and the error
+// says why.
 func (k *redKind) release(ctx context.Context, r request) (releaseResult, error) {
 	n := len(k.nodes)
 	failed := make([]*NodeError, n)
-	var freed, kept, notHeldN int
+	var freed, notHeldN int
 	fanOut(ctx, k.nodes, k.timeout, func(ctx context.Context, nd redNode) (releaseResult, error) {
 		ctx, cancel := k.sent.after(ctx, r.owner, nd.i, k.timeout)
 		defer cancel()
@@ -287,17 +271,13 @@ func (k *redKind) release(ctx context.Context, r request) (releaseResult, error)
 		case res == notHeld:
 			failed[i] = &NodeError{k.nodes[i].addr, ErrNotHeld}
 			notHeldN++
-		case res == stillHeld:
-			kept++
 		default:
 			freed++
 		}
 		return false // release on every node, not just a quorum
 	})
 	switch {
-	case freed+kept >= k.quorum && kept > freed:
-		return stillHeld, nil
-	case freed+kept >= k.quorum:
+	case freed >= k.quorum:
 		return released, nil
 	case notHeldN > n-k.quorum:
 		return notHeld, nil
@@ -306,8 +286,9 @@ func (k *redKind) release(ctx context.Context, r request) (releaseResult, error)
 }
 
 // forceRelease deletes the lock on every node. Each node's request carries
-// its own fresh request latch (mutexKind.forceRelease), so a command re-sent
-// after a lost reply does not delete a lock another owner took in between.
+// its own one-off request latch (mutexKind.forceRelease), so a command
+// re-sent after a lost reply does not delete a lock another owner took in
+// between.
 // It succeeds when a quorum of nodes answered.
 func (k *redKind) forceRelease(ctx context.Context) (bool, error) {
 	failed := make([]*NodeError, len(k.nodes))
@@ -401,10 +382,13 @@ func (l *RedLock) IsLocked(ctx context.Context) (bool, error) {
 	return n > 0, err
 }
 
-// HoldCount returns how many holds the owner in ctx has on the lock
-// according to a quorum of nodes (the largest count that a quorum report
-// at least): 0 when ctx carries no owner or the owner does not hold it.
+// HoldCount returns how many holds the owner in ctx has on the lock: the
+// number of its Lock calls not yet matched by an Unlock, or 0 when ctx
+// carries no owner or a quorum of nodes does not have the owner's hold.
 func (l *RedLock) HoldCount(ctx context.Context) (int, error) {
+	if err := l.check(ctx); err != nil {
+		return 0, err
+	}
 	owner, ok := ownerFrom(ctx, l.c)
 	if !ok {
 		return 0, nil
@@ -416,7 +400,10 @@ func (l *RedLock) HoldCount(ctx context.Context) (int, error) {
 		}
 		return v, err
 	})
-	return int(n), err
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	return l.c.holdCount(l.holdKey(owner), int(n)), nil
 }
 
 // TTL returns how long the lock's lease has left on a quorum of nodes (the
@@ -434,8 +421,8 @@ func (l *RedLock) TTL(ctx context.Context) (time.Duration, error) {
 // least.
 func (l *RedLock) read(ctx context.Context, get func(ctx context.Context, nd redNode) (int64, error)) (int64, error) {
 	k := l.k
-	if l.c.isClosed() {
-		return 0, ErrClosed
+	if err := l.check(ctx); err != nil {
+		return 0, err
 	}
 	vals := make([]int64, len(k.nodes))
 	failed := make([]*NodeError, len(k.nodes))

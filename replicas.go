@@ -69,8 +69,8 @@ func (r replicaSync) check(rdb redis.UniversalClient) error {
 }
 
 // replicaCheck receives the outcome of WAIT for one acquire attempt. The
-// engine puts one into the attempt's context; eval fills it in, possibly
-// from several goroutines (a RedLock writes to its nodes at once).
+// engine puts one into the attempt's request; evalAcquire fills it in,
+// possibly from several goroutines (a RedLock writes to its nodes at once).
 type replicaCheck struct {
 	mu  sync.Mutex
 	err error // the first shortfall, wrapping ErrNotReplicated
@@ -90,43 +90,6 @@ func (chk *replicaCheck) failed() error {
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	return chk.err
-}
-
-type replicaCheckKey struct{}
-
-// withReplicaCheck returns ctx carrying chk, for one acquire attempt.
-func withReplicaCheck(ctx context.Context, chk *replicaCheck) context.Context {
-	return context.WithValue(ctx, replicaCheckKey{}, chk)
-}
-
-// replicaCheckFrom returns the check an attempt's context carries if c
-// syncs replicas, and nil otherwise. The check is not tied to one Client: a
-// lock made of locks on several Clients (MultiLock) passes it to each.
-func replicaCheckFrom(ctx context.Context, c *Client) *replicaCheck {
-	if !c.cfg.replicas.enabled() {
-		return nil
-	}
-	chk, _ := ctx.Value(replicaCheckKey{}).(*replicaCheck)
-	return chk
-}
-
-// attempt makes one acquire attempt and, when it took the lock but the
-// write did not reach enough replicas, gives the hold back and returns an
-// error wrapping ErrNotReplicated.
-func (h *handle) attempt(ctx context.Context, req request) (attemptResult, error) {
-	var chk replicaCheck
-	res, err := h.kind.attempt(withReplicaCheck(ctx, &chk), req)
-	short := chk.failed()
-	if err != nil || !res.acquired || short == nil {
-		return res, err
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	rel := request{owner: req.owner, id: h.c.newRequest(), lease: req.lease}
-	if _, err := h.kind.release(rctx, rel); err != nil {
-		return attemptResult{}, fmt.Errorf("%w; giving the lock back failed too, it expires with its lease: %w", short, err)
-	}
-	return attemptResult{}, short
 }
 
 // evalSynced runs a script and WAIT in one pipeline on the node that serves

@@ -8,9 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Lock scripts are safe to send again (their request latches answer a
-// repeat as the first run did), so the Client retries refusals that a
-// cluster or a failover clears by itself; this file holds those rules.
+// Lock scripts are safe to send again (see kind), so the Client retries
+// refusals that a cluster or a failover clears by itself; this file holds
+// those rules.
 
 // reroute has a cluster client reload its slot map after err, when err is
 // not a reply from Redis (a timeout, a refused connection). go-redis
@@ -34,8 +34,8 @@ const transientBudget = 5 * time.Second
 
 // retryTransient calls run until it returns anything but a transient
 // refusal, ctx ends, or, for a ctx without deadline, transientBudget
-// passes. Running a lock script again is safe: its request latch makes a
-// script that did run answer the same again.
+// passes. Running a lock script again is safe: acquiring twice sets the
+// same field, releasing twice finds nothing the second time.
 func retryTransient(ctx context.Context, run func() error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {

@@ -110,15 +110,13 @@ func newRWNames(c *Client, name string) rwNames {
 	return rwNames{c: c, name: name, channelName: prefixName(rwChannelPrefix, name), token: prefixName(tokenPrefix, name)}
 }
 
-func (n rwNames) key() string                            { return n.name }
-func (n rwNames) channel(string) string                  { return n.channelName }
-func (n rwNames) abandon(context.Context, request) error { return nil }
+func (n rwNames) key() string           { return n.name }
+func (n rwNames) channel(string) string { return n.channelName }
 
 // forceReleaseMode deletes the lock if it is held in mode.
 func (n rwNames) forceReleaseMode(ctx context.Context, mode string) (bool, error) {
 	keys := []string{n.name, n.channelName, releaseLatch(n.name, n.c.newRequest())}
-	d, err := n.c.eval(ctx, scripts.RWForceRelease, keys, mode, readUnlockMessage, n.c.publish, millis(n.c.cfg.latchTTL)).Int64()
-	return d == 1, err
+	return n.c.forceScript(ctx, scripts.RWForceRelease, keys, mode, readUnlockMessage, n.c.publish)
 }
 
 // hashTag is the part of the lock's companion keys that puts them in its
@@ -147,24 +145,13 @@ func (k *readKind) role() string              { return "read" }
 func (k *readKind) renewer() renewer          { return readRenewer{} }
 
 func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, holdKeyPrefix(k.name, r.owner), k.token, acquireLatch(k.name, r.id)}
-	res, err := k.c.eval(ctx, scripts.RWReadAcquire, keys,
-		millis(r.lease), r.owner, writeField(r.owner), boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
-	if err != nil {
-		return attemptResult{}, err
-	}
-	return parseAttempt(res)
+	return k.c.acquireScript(ctx, r, scripts.RWReadAcquire, []string{k.name, holdKeyPrefix(k.name, r.owner), k.token},
+		millis(r.lease), r.owner, writeField(r.owner), fenceArg(r))
 }
 
 func (k *readKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.channelName, holdKeyPrefix(k.name, r.owner), hashTag(k.name),
-		releaseLatch(k.name, r.id)}
-	n, err := k.c.eval(ctx, scripts.RWReadRelease, keys,
-		unlockMessage, r.owner, k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
-	if err != nil {
-		return 0, err
-	}
-	return parseRelease(n), nil
+	keys := []string{k.name, k.channelName, holdKeyPrefix(k.name, r.owner), hashTag(k.name)}
+	return k.c.releaseScript(ctx, scripts.RWReadRelease, keys, unlockMessage, r.owner, k.c.publish)
 }
 
 func (k *readKind) forceRelease(ctx context.Context) (bool, error) {
@@ -183,9 +170,8 @@ func (k *writeKind) renewer() renewer          { return hashRenewer{} }
 const upgradeRefused = -1
 
 func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	keys := []string{k.name, k.token, acquireLatch(k.name, r.id)}
-	res, err := k.c.eval(ctx, scripts.RWWriteAcquire, keys,
-		millis(r.lease), writeField(r.owner), r.owner, boolArg(r.fence), millis(k.c.cfg.latchTTL)).Int64Slice()
+	res, err := k.c.evalAcquire(ctx, r.check, scripts.RWWriteAcquire, []string{k.name, k.token},
+		millis(r.lease), writeField(r.owner), r.owner, fenceArg(r)).Int64Slice()
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -196,13 +182,8 @@ func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, erro
 }
 
 func (k *writeKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.channelName, releaseLatch(k.name, r.id)}
-	n, err := k.c.eval(ctx, scripts.RWWriteRelease, keys,
-		readUnlockMessage, millis(r.lease), writeField(r.owner), k.c.publish, millis(k.c.cfg.latchTTL)).Int64()
-	if err != nil {
-		return 0, err
-	}
-	return parseRelease(n), nil
+	return k.c.releaseScript(ctx, scripts.RWWriteRelease, []string{k.name, k.channelName},
+		readUnlockMessage, writeField(r.owner), k.c.publish)
 }
 
 func (k *writeKind) forceRelease(ctx context.Context) (bool, error) {

@@ -92,7 +92,7 @@ func runWorker(cfgJSON string) error {
 	ctx := context.Background()
 	lockRdb := lockClient(cfg)
 	resRdb := redis.NewClient(&redis.Options{Addr: cfg.ResourceAddr})
-	clientOpts := []dlock.Option{dlock.WithWatchdogTimeout(cfg.Watchdog), dlock.WithLatchTTL(2 * time.Second)}
+	clientOpts := []dlock.Option{dlock.WithWatchdogTimeout(cfg.Watchdog)}
 	if cfg.ReplicaSync > 0 {
 		clientOpts = append(clientOpts, dlock.WithReplicaSync(cfg.ReplicaSync, cfg.ReplicaSyncTimeout))
 	}

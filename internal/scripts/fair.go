@@ -22,7 +22,7 @@ var (
 // Fair lock (Redisson FairLock) scripts. Each one starts with the queue
 // rules of fair_queue.lua, so that they are written once.
 var (
-	FairAcquire      = redis.NewScript(fairQueue + fairAcquire)
+	FairAcquire      = redis.NewScript(fence + fairQueue + fairAcquire)
 	FairRelease      = redis.NewScript(fairQueue + fairRelease)
 	FairAbandon      = redis.NewScript(fairQueue + fairAbandon)
 	FairForceRelease = redis.NewScript(fairQueue + fairForceRelease)

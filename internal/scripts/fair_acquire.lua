@@ -5,42 +5,35 @@
 -- KEYS[2]  the waiting queue (redisson_lock_queue:{name})
 -- KEYS[3]  the waiters' deadlines (redisson_lock_timeout:{name})
 -- KEYS[4]  the fencing token counter (redisson_lock_token:{name})
--- KEYS[5]  this request's latch (makes a re-sent command a no-op)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner, <clientUUID>:<n>
 -- ARGV[3]  fair wait timeout in milliseconds
 -- ARGV[4]  "1" to join the queue when the lock cannot be taken, "0" not to
 --          (TryLock)
--- ARGV[5]  "1" to increment the fencing token, "0" not to
--- ARGV[6]  latch lifetime in milliseconds
+-- ARGV[5]  fencing: "-1" none; "0" a first acquisition; T > 0 a re-entry
+--          whose previous token was T (see fence in fence.lua)
 --
--- Returns {1, token} when the lock was taken (token 0 when not fenced),
--- {0, ms} when not: how long to sleep before trying again unless woken.
-local done = redis.call('get', KEYS[5])
-if done then
-  return {1, tonumber(done)}
-end
+-- Returns {1, token} when the owner holds the lock now (token 0 when not
+-- fenced), {0, ms} when not: how long to sleep before trying again unless
+-- woken. Running it twice is harmless: a dlock owner's hold count stays 1
+-- (the Client counts re-entries), so a re-sent command finds the owner's
+-- field and only sets the lease again.
 local lease = tonumber(ARGV[1])
 local owner = ARGV[2]
 local wait = tonumber(ARGV[3])
 local now = nowMillis()
 purge(KEYS[1], KEYS[2], KEYS[3], now, owner)
 
-local function grant()
-  redis.call('hincrby', KEYS[1], owner, 1)
+local function grant(held)
+  redis.call('hset', KEYS[1], owner, 1)
   redis.call('pexpire', KEYS[1], lease)
-  local token = 0
-  if ARGV[5] == '1' then
-    token = redis.call('incr', KEYS[4])
-  end
-  redis.call('set', KEYS[5], token, 'px', ARGV[6])
-  return {1, token}
+  return {1, fence(KEYS[4], ARGV[5], held)}
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
   local head = redis.call('lindex', KEYS[2], 0)
   if not head then
-    return grant()
+    return grant(false)
   end
   if head == owner then
     redis.call('lpop', KEYS[2])
@@ -49,10 +42,10 @@ if redis.call('exists', KEYS[1]) == 0 then
     for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
       redis.call('zincrby', KEYS[3], -wait, w)
     end
-    return grant()
+    return grant(false)
   end
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
-  return grant()
+  return grant(true)
 end
 
 local held = math.max(redis.call('pttl', KEYS[1]), 0) -- -2 free, -1 no TTL

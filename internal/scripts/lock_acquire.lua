@@ -1,27 +1,26 @@
--- lock_acquire.lua: one attempt to take a reentrant lock (Redisson RLock layout).
+-- lock_acquire.lua: take a reentrant lock, or confirm the owner has it
+-- (Redisson RLock layout).
 --
 -- KEYS[1]  the lock hash: field <owner> -> hold count
 -- KEYS[2]  the fencing token counter (redisson_lock_token:{name})
--- KEYS[3]  this request's latch (makes a re-sent command a no-op)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field, <clientUUID>:<n>
--- ARGV[3]  "1" to increment the fencing token, "0" not to
--- ARGV[4]  latch lifetime in milliseconds
+-- ARGV[3]  fencing: "-1" none; "0" a first acquisition; T > 0 a re-entry
+--          whose previous token was T (see fence in fence.lua)
 --
--- Returns {1, token} when the lock was taken (token 0 when not fenced),
--- {0, pttl} when another owner holds it.
-local done = redis.call('get', KEYS[3])
-if done then
-  return {1, tonumber(done)}
-end
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  local token = 0
-  if ARGV[3] == '1' then
-    token = redis.call('incr', KEYS[2])
+-- Returns {1, token} when the owner holds the lock now (token 0 when not
+-- fenced), {0, pttl} when another owner holds it.
+--
+-- Running it twice is harmless: the hold count of a dlock owner stays 1
+-- (the Client counts re-entries), so a command re-sent after a lost reply
+-- finds the owner's field and only sets the lease again. Owner names are
+-- unique per lock-context chain, so a field that exists is this chain's.
+local held = redis.call('hexists', KEYS[1], ARGV[2]) == 1
+if not held then
+  if redis.call('exists', KEYS[1]) == 1 then
+    return {0, redis.call('pttl', KEYS[1])}
   end
-  redis.call('set', KEYS[3], token, 'px', ARGV[4])
-  return {1, token}
+  redis.call('hset', KEYS[1], ARGV[2], 1)
 end
-return {0, redis.call('pttl', KEYS[1])}
+redis.call('pexpire', KEYS[1], ARGV[1])
+return {1, fence(KEYS[2], ARGV[3], held)}

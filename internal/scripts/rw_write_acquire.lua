@@ -1,41 +1,33 @@
--- rw_write_acquire.lua: one attempt at the write half of a read-write lock
+-- rw_write_acquire.lua: take a write lock, or confirm the owner has it
 -- (Redisson ReadWriteLock layout).
 --
--- KEYS[1]  the lock hash: mode, <owner> -> read holds, <owner>:write -> write holds
--- KEYS[2]  the fencing token counter (redisson_lock_token:{name})
--- KEYS[3]  this request's latch (makes a re-sent command a no-op)
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the fencing token counter
 -- ARGV[1]  lease in milliseconds
--- ARGV[2]  the owner's write field, <owner>:write
--- ARGV[3]  the owner's read field, <owner>
--- ARGV[4]  "1" to increment the fencing token, "0" not to
--- ARGV[5]  latch lifetime in milliseconds
+-- ARGV[2]  owner's write field (<owner>:write)
+-- ARGV[3]  owner (its read holds forbid an upgrade)
+-- ARGV[4]  fencing: "-1" none; "0" a first acquisition; T > 0 a re-entry
+--          whose previous token was T (see fence in fence.lua)
 --
--- Returns {1, token} when taken (token 0 when not fenced), {0, pttl} when
--- others hold it, {-1, 0} when the owner holds read locks but not the write
--- lock: waiting for the readers to leave would wait for itself.
-local done = redis.call('get', KEYS[3])
-if done then
-  return {1, tonumber(done)}
-end
+-- Returns {1, token} when the owner holds the write lock now, {0, pttl}
+-- when another owner holds the lock, {-1, 0} when this owner holds only
+-- read locks on it (an upgrade would wait for itself). Running it twice is
+-- harmless: a dlock owner's write count stays 1 (the Client counts
+-- re-entries).
 local lease = tonumber(ARGV[1])
 local mode = redis.call('hget', KEYS[1], 'mode')
 if (not mode and redis.call('exists', KEYS[1]) == 0)
     or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-  if not mode then
-    redis.call('hset', KEYS[1], 'mode', 'write')
+  local held = mode ~= false
+  if not held then
+    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
   end
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
   -- Redisson adds the lease to the remaining TTL on re-entry; extending to
   -- the lease is enough and keeps the TTL bounded.
   if redis.call('pttl', KEYS[1]) < lease then
     redis.call('pexpire', KEYS[1], lease)
   end
-  local token = 0
-  if ARGV[4] == '1' then
-    token = redis.call('incr', KEYS[2])
-  end
-  redis.call('set', KEYS[3], token, 'px', ARGV[5])
-  return {1, token}
+  return {1, fence(KEYS[2], ARGV[4], held)}
 end
 if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
   return {-1, 0}

@@ -27,7 +27,7 @@ var (
 	RWReadAcquire  = redis.NewScript(rwReadAcquire)
 	RWReadRelease  = redis.NewScript(rwReadRelease)
 	RWReadRenew    = redis.NewScript(rwReadRenew)
-	RWWriteAcquire = redis.NewScript(rwWriteAcquire)
+	RWWriteAcquire = redis.NewScript(fence + rwWriteAcquire)
 	RWWriteRelease = redis.NewScript(rwWriteRelease)
 	RWForceRelease = redis.NewScript(rwForceRelease)
 )

@@ -10,6 +10,8 @@ import (
 )
 
 var (
+	//go:embed fence.lua
+	fence string
 	//go:embed lock_acquire.lua
 	lockAcquire string
 	//go:embed lock_release.lua
@@ -24,7 +26,7 @@ var (
 
 // Reentrant lock (Redisson RLock) scripts.
 var (
-	LockAcquire  = redis.NewScript(lockAcquire)
+	LockAcquire  = redis.NewScript(fence + lockAcquire)
 	LockRelease  = redis.NewScript(lockRelease)
 	LockRenew    = redis.NewScript(lockRenew)
 	ForceRelease = redis.NewScript(forceRelease)

@@ -1,0 +1,97 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// Cleanup never runs on a caller's time: giving back a hold that an
+// abandoned attempt took, leaving a fair queue, and a release that failed
+// for a reason that may pass all go on in the background, bounded, while
+// the call that started them returns.
+
+// cleanupTimeout bounds one cleanup request to Redis.
+const cleanupTimeout = 5 * time.Second
+
+// cleanupGrace is how long a call waits for the cleanup it started before
+// it leaves the cleanup to the background: long enough for a Redis that
+// answers, short enough to keep deadlines true on one that does not.
+const cleanupGrace = 25 * time.Millisecond
+
+// busy counts the background operations on one owner's hold of one lock.
+type busy struct {
+	n    int
+	idle chan struct{} // closed when n drops to 0
+}
+
+// background runs f on its own goroutine. Each request f makes is bounded
+// by cleanupTimeout, and f runs to its end even after Close (the Redis
+// client may still work). Until f returns, the owner's hold k is busy: an acquisition by
+// the same owner of the same lock waits for it (awaitIdle), so that a
+// give-back or release still on its way cannot delete a newer hold. The
+// returned channel is closed when f has returned.
+func (c *Client) background(k holdKey, f func(ctx context.Context)) <-chan struct{} {
+	c.mu.Lock()
+	b := c.addBusy(k)
+	c.mu.Unlock()
+	return c.spawn(k, b, f)
+}
+
+// addBusy counts one more background operation on k, for spawn to run.
+// c.mu must be held.
+func (c *Client) addBusy(k holdKey) *busy {
+	b := c.busy[k]
+	if b == nil {
+		b = &busy{idle: make(chan struct{})}
+		c.busy[k] = b
+	}
+	b.n++
+	return b
+}
+
+// spawn runs f for the operation that addBusy counted in b.
+func (c *Client) spawn(k holdKey, b *busy, f func(ctx context.Context)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.endBusy(k, b)
+		f(context.Background())
+	}()
+	return done
+}
+
+func (c *Client) endBusy(k holdKey, b *busy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b.n--; b.n == 0 {
+		delete(c.busy, k)
+		close(b.idle)
+	}
+}
+
+// awaitIdle waits until no background operation is under way on the
+// owner's hold k, or until ctx ends.
+func (c *Client) awaitIdle(ctx context.Context, k holdKey) error {
+	c.mu.Lock()
+	b := c.busy[k]
+	c.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	select {
+	case <-b.idle:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	}
+}
+
+// grace waits for done for at most cleanupGrace.
+func grace(done <-chan struct{}) {
+	t := time.NewTimer(cleanupGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}

@@ -1,0 +1,151 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Unlock releases the hold that ctx stands for: ctx is a lock context
+// returned by Lock or TryLock on this lock, or a context derived from one.
+// The lock context ends with cause ErrUnlocked (ErrLockLost if the hold
+// turns out to have been lost), and the lock is free when every hold is
+// released.
+//
+// Only the last of an owner's reentrant holds talks to Redis; the others
+// are counted in the Client. The error wraps ErrNotHeld when ctx carries
+// no hold of this lock, when that hold was already released, or when Redis
+// no longer had it (it expired or was deleted). Each hold is released
+// once: Unlock with the same context again returns ErrNotHeld.
+//
+// Unlock returns by ctx's deadline, if it has one (derive it from the lock
+// context: context.WithTimeout(lockCtx, time.Second)); cancelling ctx does
+// not stop it, since a lock context is cancelled when its lock is lost and
+// the release must still reach Redis. When the release fails for a reason
+// that may pass (a timeout, a broken or refused connection, a server still
+// loading its data) or is still on its way at the deadline, Unlock returns
+// that error and the release goes on in the background until it gets
+// through or the hold's lease has run out; its outcome is logged.
+func (h *handle) Unlock(ctx context.Context) error {
+	if err := h.check(ctx); err != nil {
+		return err
+	}
+	acq, ok := ctx.Value(acqKey{h.c, h.kind.key(), h.kind.role()}).(*acquisition)
+	if !ok {
+		return fmt.Errorf("%w: %q: the context carries no hold of this lock; pass the context its Lock returned", ErrNotHeld, h.name)
+	}
+	bound, cancel := withDeadlineOf(ctx)
+	defer cancel()
+	if err := acq.hold.lockOp(bound); err != nil {
+		return fmt.Errorf("dlock: unlock %q: %w", h.name, err)
+	}
+	release, err := h.c.unhold(acq)
+	acq.hold.unlockOp()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %q (%w)", ErrNotHeld, h.name, err)
+	case release == nil:
+		acq.cancel(ErrUnlocked)
+		return nil
+	}
+	return h.releaseLast(bound, acq, release)
+}
+
+// withDeadlineOf returns a context with ctx's deadline, if any, that is not
+// cancelled with ctx.
+func withDeadlineOf(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	return context.WithCancel(context.WithoutCancel(ctx))
+}
+
+// releaseLast releases the last acquisition of a hold in Redis, in the
+// background under the busy mark b (release), and returns the first
+// outcome or ctx's end, whichever comes first.
+func (h *handle) releaseLast(ctx context.Context, acq *acquisition, b *busy) error {
+	first := make(chan error, 1)
+	h.c.spawn(acq.hold.holdKey(), b, func(bg context.Context) { h.release(bg, acq.hold, first) })
+	select {
+	case err := <-first:
+		switch {
+		case errors.Is(err, ErrNotHeld):
+			acq.cancel(fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
+			return fmt.Errorf("%w: %q: Redis no longer had it", ErrNotHeld, h.name)
+		case err != nil && mayPass(err):
+			acq.cancel(ErrUnlocked)
+			return fmt.Errorf("dlock: unlock %q: %w (retrying in the background until the lease ends)", h.name, err)
+		case err != nil:
+			acq.cancel(ErrUnlocked)
+			return fmt.Errorf("dlock: unlock %q: %w (the lock expires with its lease)", h.name, err)
+		}
+		acq.cancel(ErrUnlocked)
+		return nil
+	case <-ctx.Done():
+		acq.cancel(ErrUnlocked)
+		return fmt.Errorf("dlock: unlock %q: %w (the release goes on in the background)", h.name, context.DeadlineExceeded)
+	}
+}
+
+// release sends the release of hd until Redis answers, trying again after
+// failures that may pass for as long as the hold's lease lasts (after that
+// Redis lets the lock expire by itself). The first outcome goes to first:
+// nil, an error wrapping ErrNotHeld, or the Redis error. Resending is safe:
+// a release that did run before leaves nothing for the next to release.
+func (h *handle) release(ctx context.Context, hd *hold, first chan<- error) {
+	req := request{owner: hd.owner, lease: hd.lease}
+	h.c.mu.Lock()
+	until := hd.until
+	h.c.mu.Unlock()
+	for try, pause := 1, 50*time.Millisecond; ; try, pause = try+1, min(2*pause, time.Second) {
+		rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		res, err := h.kind.release(rctx, req)
+		cancel()
+		if err == nil && res == notHeld && try == 1 {
+			// (After a try without an answer, which may have run, a
+			// hold that is gone was released by it.)
+			err = ErrNotHeld
+		}
+		if try == 1 {
+			first <- err
+		}
+		done := err == nil || errors.Is(err, ErrNotHeld) || !mayPass(err)
+		if done || time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause) {
+			if try > 1 {
+				h.logRelease(hd, try, err, done)
+			}
+			return
+		}
+	}
+}
+
+// logRelease reports how a release that failed at first ended.
+func (h *handle) logRelease(hd *hold, tries int, err error, done bool) {
+	log := h.c.cfg.logger
+	switch {
+	case err == nil:
+		log.Info("dlock: lock released after a retry", "lock", h.name, "owner", hd.owner, "tries", tries)
+	case errors.Is(err, ErrNotHeld):
+		log.Warn("dlock: released after a retry; Redis no longer had the lock", "lock", h.name, "owner", hd.owner, "tries", tries)
+	case done:
+		log.Warn("dlock: release failed; the lock expires with its lease", "lock", h.name, "owner", hd.owner, "tries", tries, "error", err)
+	default:
+		log.Warn("dlock: release still failing as the lease ends; the lock expires with it", "lock", h.name, "owner", hd.owner, "tries", tries, "error", err)
+	}
+}
+
+// mayPass reports a release failure that trying again may get past: no
+// answer (a timeout, a broken or refused connection) or a server that is
+// loading its data or between masters.
+func mayPass(err error) bool {
+	return !errors.Is(err, redis.ErrClosed) && (!isRedisReply(err) || transient(err))
+}
+
+// isRedisReply reports an error that Redis sent as its answer.
+func isRedisReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
+}
