@@ -28,10 +28,10 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 	if err != nil {
 		return nil, err
 	}
-	w := waiter{h: h, req: req}
+	w := waiter{h: h, req: req, place: h.newPlace(req)}
 	defer w.stop()
-	for {
-		lockCtx, res, err := h.attemptOnce(ctx, req, w.last)
+	for round := 0; ; round++ {
+		lockCtx, res, err := h.attemptFirst(ctx, req, w.last, round == 0 && !try)
 		switch {
 		case lockCtx != nil:
 			w.acquired = true
@@ -41,8 +41,12 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 		case try:
 			return nil, notObtained(h.name, res.reason)
 		}
-		if err := w.sleep(ctx, res); err != nil {
+		g, err := w.sleep(ctx, res)
+		switch {
+		case err != nil:
 			return nil, err
+		case g.ok: // handed over by a release of this Client
+			return h.c.register(ctx, h, req, g.token, g.start)
 		}
 	}
 }
@@ -102,6 +106,17 @@ func (h *handle) attemptOnce(ctx context.Context, req request, last error) (cont
 		return lockCtx, res, err
 	}
 	return nil, res, nil
+}
+
+// attemptFirst is attemptOnce, except for the first attempt of a Lock on a
+// lock that hands over and that another owner of this Client holds: that
+// attempt would fail, and the Lock goes straight to waiting to be handed
+// the lock. (Later attempts ask Redis: the local hold may have been lost.)
+func (h *handle) attemptFirst(ctx context.Context, req request, last error, first bool) (context.Context, attemptResult, error) {
+	if d, ok := h.c.heldHere(h, req.owner); first && ok {
+		return nil, attemptResult{ttl: max(d, time.Millisecond)}, nil
+	}
+	return h.attemptOnce(ctx, req, last)
 }
 
 // enter prepares an attempt by owner. When owner holds the lock through
@@ -222,10 +237,12 @@ func (h *handle) leave(req request) {
 func (h *handle) holdKey(owner string) holdKey { return holdKey{h.kind.key(), h.kind.field(owner)} }
 
 // waiter is the waiting side of a Lock: the subscription to the lock's
-// channel, made at the first sleep, and the timer that bounds each sleep.
+// channel, made at the first sleep, the timer that bounds each sleep, and
+// the Lock's place in this Client's queue for the lock (handoff.go).
 type waiter struct {
 	h        *handle
 	req      request
+	place    *place // nil: the kind does not hand over
 	sub      *pubsub.Waiter
 	timer    *time.Timer
 	last     error // why the latest attempt failed, when the kind says
@@ -233,10 +250,11 @@ type waiter struct {
 }
 
 // sleep waits after an attempt that found the lock held: until an unlock
-// message, the end of the current hold's lease (res.ttl), or the end of
-// ctx. The first sleep subscribes and ends when the subscription is
-// confirmed, since the unlock may have been published before.
-func (w *waiter) sleep(ctx context.Context, res attemptResult) error {
+// message, the end of the current hold's lease (res.ttl), a hand-over from
+// a release of this Client, or the end of ctx. The first sleep subscribes
+// and ends when the subscription is confirmed, since the unlock may have
+// been published before. The grant is ok when the lock was handed over.
+func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 	h := w.h
 	w.last = res.reason
 	d := res.ttl
@@ -257,29 +275,75 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) error {
 		case err == nil:
 			w.sub, wake = sub, sub.Ready()
 		case ctx.Err() != nil:
-			return h.gaveUp(ctx, w.req, w.last)
+			return grant{}, h.gaveUp(ctx, w.req, w.last)
 		case errors.Is(err, pubsub.ErrClosed):
-			return ErrClosed // Close raced this Lock
+			return grant{}, ErrClosed // Close raced this Lock
 		default:
 			h.leave(w.req)
-			return fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
+			return grant{}, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
 		}
 	default:
 		wake = w.sub.Wake()
 	}
+	if w.place != nil {
+		h.c.enqueue(h, w.place)
+	}
+	var granted <-chan grant
+	if w.place != nil {
+		granted = w.place.grant
+	}
+	var g grant
 	select {
 	case <-wake:
 	case <-w.timer.C:
+	case g = <-granted:
 	case <-ctx.Done():
-		return h.gaveUp(ctx, w.req, w.last)
 	}
-	if h.c.isClosed() {
+	if g.ok {
+		return g, nil // the lock is ours even if ctx ended meanwhile
+	}
+	if w.place != nil {
+		if g, ok := w.handedOver(ctx); ok {
+			return g, nil
+		}
+	}
+	switch {
+	case ctxDone(ctx):
+		return grant{}, h.gaveUp(ctx, w.req, w.last)
+	case h.c.isClosed():
 		// The Redis client may still work: leave the queue rather than
 		// hold it up like a dead process until our deadline.
 		h.leave(w.req)
-		return ErrClosed
+		return grant{}, ErrClosed
 	}
-	return nil
+	return grant{}, nil
+}
+
+// handedOver takes the waiter out of its lock's queue after a sleep and
+// returns the grant of a hand-over that chose it meanwhile, if any. When
+// ctx ends while the hand-over is still on its way, a lock it hands over
+// is given back in the background.
+func (w *waiter) handedOver(ctx context.Context) (grant, bool) {
+	h := w.h
+	if !h.c.dequeue(h, w.place) {
+		select {
+		case g := <-w.place.grant: // told before we woke
+			return g, g.ok
+		default:
+			return grant{}, false
+		}
+	}
+	select {
+	case g := <-w.place.grant:
+		return g, g.ok
+	case <-ctx.Done():
+		h.c.background(h.holdKey(w.req.owner), func(context.Context) {
+			if g := <-w.place.grant; g.ok {
+				h.giveBack(w.req)
+			}
+		})
+		return grant{}, false
+	}
 }
 
 // stop ends the wait: the subscription goes, passing on a wake-up that a

@@ -29,6 +29,7 @@ type Client struct {
 
 	owners   atomic.Uint64
 	requests atomic.Uint64
+	tickets  atomic.Uint64 // orders each lock's queue of waiters (handoff.go)
 
 	hub      *pubsub.Hub
 	watchdog *watchdog.Watchdog[*hold]
@@ -36,6 +37,9 @@ type Client struct {
 	mu     sync.Mutex
 	holds  map[holdKey]*hold
 	busy   map[holdKey]*busy // background operations per owner's hold
+	queues map[string]*queue // per lock, waiters a release can hand it to
+	// holders maps a lock that hands over to this Client's hold on it.
+	holders map[string]*hold
 	closed bool
 }
 
@@ -80,6 +84,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cluster: isCluster(rdb),
 		holds:   map[holdKey]*hold{},
 		busy:    map[holdKey]*busy{},
+		queues:  map[string]*queue{},
+		holders: map[string]*hold{},
 	}
 	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
 	c.hub.OnError = func(err error) {

@@ -110,6 +110,9 @@ func (c *Client) register(ctx context.Context, h *handle, req request, token int
 			c.lose(hd, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, hd.lease))
 		})
 		c.holds[k] = hd
+		if _, ok := h.kind.(handoffer); ok {
+			c.holders[h.queueKey()] = hd
+		}
 		if hd.watchdog {
 			c.watchdog.Add(hd)
 		}
@@ -215,6 +218,9 @@ func (c *Client) lose(hd *hold, err error) {
 // c.mu must be held.
 func (c *Client) drop(hd *hold) {
 	delete(c.holds, hd.holdKey())
+	if qk := hd.kind.key() + "\x00" + hd.kind.role(); c.holders[qk] == hd {
+		delete(c.holders, qk)
+	}
 	hd.expiry.Stop()
 	if hd.watchdog {
 		c.watchdog.Remove(hd)

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -56,6 +57,22 @@ func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, erro
 func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, error) {
 	return k.c.releaseScript(ctx, scripts.LockRelease, []string{k.name, k.channelName},
 		unlockMessage, r.owner, k.c.publish)
+}
+
+func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (releaseResult, bool, int64, error) {
+	keys := []string{k.name, k.channelName, k.token}
+	cmd, resent := k.c.evalCounted(ctx, scripts.LockReleaseTo, keys,
+		unlockMessage, r.owner, k.c.publish, next.owner, millis(next.lease), fenceArg(next), when, ours)
+	res, err := cmd.Int64Slice()
+	switch {
+	case err != nil:
+		return 0, false, 0, err
+	case len(res) != 2:
+		return 0, false, 0, errors.New("unexpected reply from the release script")
+	case res[0] == -1 && !resent:
+		return notHeld, false, 0, nil
+	}
+	return released, res[0] == 2, res[1], nil
 }
 
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {

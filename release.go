@@ -102,7 +102,7 @@ func (h *handle) release(ctx context.Context, hd *hold, first chan<- error) {
 	h.c.mu.Unlock()
 	for try, pause := 1, 50*time.Millisecond; ; try, pause = try+1, min(2*pause, time.Second) {
 		rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		res, err := h.kind.release(rctx, req)
+		res, err := h.releaseOnce(rctx, req, try == 1)
 		cancel()
 		if err == nil && res == notHeld && try == 1 {
 			// (After a try without an answer, which may have run, a
@@ -120,6 +120,23 @@ func (h *handle) release(ctx context.Context, hd *hold, first chan<- error) {
 			return
 		}
 	}
+}
+
+// releaseOnce sends one release of req.owner's hold. The first try hands
+// the lock over to a waiter of this Client when the kind can (handoff.go).
+func (h *handle) releaseOnce(ctx context.Context, req request, first bool) (releaseResult, error) {
+	ho, ok := h.kind.(handoffer)
+	if !ok || !first {
+		return h.kind.release(ctx, req)
+	}
+	next, when := h.c.nextWaiter(h)
+	if next == nil {
+		return h.kind.release(ctx, req)
+	}
+	start := time.Now()
+	res, handed, token, err := ho.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
+	h.c.handedOver(h, next, grant{ok: err == nil && handed, token: token, start: start})
+	return res, err
 }
 
 // logRelease reports how a release that failed at first ended.

@@ -16,6 +16,8 @@ var (
 	lockAcquire string
 	//go:embed lock_release.lua
 	lockRelease string
+	//go:embed lock_release_to.lua
+	lockReleaseTo string
 	//go:embed lock_renew.lua
 	lockRenew string
 	//go:embed force_release.lua
@@ -26,10 +28,11 @@ var (
 
 // Reentrant lock (Redisson RLock) scripts.
 var (
-	LockAcquire  = redis.NewScript(fence + lockAcquire)
-	LockRelease  = redis.NewScript(lockRelease)
-	LockRenew    = redis.NewScript(lockRenew)
-	ForceRelease = redis.NewScript(forceRelease)
+	LockAcquire   = redis.NewScript(fence + lockAcquire)
+	LockRelease   = redis.NewScript(lockRelease)
+	LockReleaseTo = redis.NewScript(fence + lockReleaseTo)
+	LockRenew     = redis.NewScript(lockRenew)
+	ForceRelease  = redis.NewScript(forceRelease)
 )
 
 // RedLock fencing: raise a node's token counter to the quorum's token.

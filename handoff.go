@@ -1,0 +1,167 @@
+package dlock
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+)
+
+// Handing a lock over inside one Client. When a Client releases a lock
+// that one of its own goroutines waits for, the release script gives the
+// lock straight to that waiter: one round trip where a plain release costs
+// the waiter a publish, a wake-up and a new attempt, and the lock is never
+// free in between for other processes' waiters to race for. So that they
+// are not starved, a Client hands a lock over at most handoffBound times in
+// a row while other processes wait for it; the next release frees it and
+// publishes, as sync.Mutex's starvation mode gives a waiting goroutine its
+// turn.
+
+// handoffBound is how many times in a row a Client hands a lock to its own
+// waiters while another process waits for it too.
+const handoffBound = 4
+
+// handoffer is implemented by kinds whose release can hand the lock over.
+type handoffer interface {
+	// releaseTo releases r.owner's hold and hands the lock to next.owner
+	// as the policy when allows (handoffWhen). token is next's fencing
+	// token when handed is set.
+	releaseTo(ctx context.Context, r, next request, when string, ours int) (res releaseResult, handed bool, token int64, err error)
+}
+
+// queue is one lock's waiters in this Client that a release can hand the
+// lock to, in the order they started waiting. Guarded by the Client's
+// mutex.
+type queue struct {
+	places    []*place
+	handoffs int // hand-overs in a row
+}
+
+// place is a waiting Lock's place in its lock's queue. While the Lock
+// sleeps the place is queued; a release that picks it marks it chosen and
+// sends the outcome on grant.
+type place struct {
+	req    request
+	ticket uint64 // the queue's order
+	queued bool
+	chosen bool
+	grant  chan grant
+}
+
+// grant is the outcome of a hand-over to a place: ok when the lock is the
+// waiter's now, with its token and the time the hand-over was sent (its
+// lease counts from then).
+type grant struct {
+	ok    bool
+	token int64
+	start time.Time
+}
+
+// queueKey names the queue of h's lock.
+func (h *handle) queueKey() string { return h.kind.key() + "\x00" + h.kind.role() }
+
+// newPlace returns a place for a Lock by req on h, or nil when h's kind
+// cannot hand over.
+func (h *handle) newPlace(req request) *place {
+	if _, ok := h.kind.(handoffer); !ok || !req.wait {
+		return nil
+	}
+	return &place{req: req, ticket: h.c.tickets.Add(1), grant: make(chan grant, 1)}
+}
+
+// heldHere reports whether another owner of this Client holds h's lock,
+// and for how long its lease lasts at most: a Lock by owner then waits to
+// be handed the lock rather than ask Redis.
+func (c *Client) heldHere(h *handle, owner string) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hd := c.holders[h.queueKey()]
+	if hd == nil || hd.owner == owner {
+		return 0, false
+	}
+	return time.Until(hd.until), true
+}
+
+// enqueue puts p into h's queue for the time its Lock sleeps.
+func (c *Client) enqueue(h *handle, p *place) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[h.queueKey()]
+	if q == nil {
+		q = &queue{}
+		c.queues[h.queueKey()] = q
+	}
+	i, _ := slices.BinarySearchFunc(q.places, p.ticket, func(a *place, t uint64) int { return cmp.Compare(a.ticket, t) })
+	q.places = slices.Insert(q.places, i, p)
+	p.queued = true
+}
+
+// dequeue takes p out of h's queue when its Lock wakes. It reports whether
+// a release chose p and has not told its outcome yet: it then comes on
+// p.grant. (An outcome already told is waiting there.)
+func (c *Client) dequeue(h *handle, p *place) (pending bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.queued {
+		c.unqueue(h.queueKey(), p)
+	}
+	return p.chosen
+}
+
+// unqueue removes p from the queue at key. c.mu must be held.
+func (c *Client) unqueue(key string, p *place) {
+	q := c.queues[key]
+	q.places = slices.DeleteFunc(q.places, func(a *place) bool { return a == p })
+	p.queued = false
+	if len(q.places) == 0 && q.handoffs == 0 {
+		delete(c.queues, key)
+	}
+}
+
+// nextWaiter picks the first waiter of h's queue for a hand-over and says
+// when the script may hand the lock to it: always within the bound, and
+// after that only if no other process waits. It returns nil when nobody
+// in this Client waits.
+func (c *Client) nextWaiter(h *handle) (*place, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[h.queueKey()]
+	if q == nil || len(q.places) == 0 {
+		if q != nil {
+			delete(c.queues, h.queueKey())
+		}
+		return nil, ""
+	}
+	p := q.places[0]
+	c.unqueue(h.queueKey(), p)
+	p.chosen = true
+	switch {
+	case q.handoffs < handoffBound:
+		return p, "always"
+	case !c.cluster:
+		return p, "numsub"
+	case c.publish == "spublish":
+		return p, "shardnumsub"
+	}
+	return p, "never" // classic pub/sub on a cluster: subscribers on other nodes are not counted
+}
+
+// handedOver records the outcome of a hand-over to p and tells its Lock.
+func (c *Client) handedOver(h *handle, p *place, g grant) {
+	c.mu.Lock()
+	p.chosen = false
+	if q := c.queues[h.queueKey()]; g.ok {
+		if q == nil {
+			q = &queue{}
+			c.queues[h.queueKey()] = q
+		}
+		q.handoffs++
+	} else if q != nil {
+		q.handoffs = 0
+		if len(q.places) == 0 {
+			delete(c.queues, h.queueKey())
+		}
+	}
+	c.mu.Unlock()
+	p.grant <- g
+}
