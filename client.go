@@ -40,7 +40,7 @@ type Client struct {
 	queues map[string]*queue // per lock, waiters a release can hand it to
 	// holders maps a lock that hands over to this Client's hold on it.
 	holders map[string]*hold
-	closed bool
+	closed  bool
 }
 
 // New returns a Client that uses rdb, the go-redis client the application

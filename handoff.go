@@ -33,7 +33,7 @@ type handoffer interface {
 // lock to, in the order they started waiting. Guarded by the Client's
 // mutex.
 type queue struct {
-	places    []*place
+	places   []*place
 	handoffs int // hand-overs in a row
 }
 
