@@ -168,7 +168,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 // tries again on each message, when the earliest held permit expires, and
 // at least every second, so a lost message costs a second, never a hang.
 // An attempt whose reply was lost gives its permit back: the permit's id
-// is made here, so it can be.
+// is made here, so it can be. While Redis does not answer (a failover, a
+// restart) Acquire goes on trying for up to 30s before it returns the
+// error.
 func (s *PermitSemaphore) Acquire(ctx context.Context) (context.Context, error) {
 	return s.acquire(ctx, false)
 }
@@ -179,6 +181,10 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context) (context.Context, erro
 	return s.acquire(ctx, true)
 }
 
+// outageBudget is how long a waiting Acquire goes on trying while Redis
+// does not answer (a failover, a restart) before it returns the error.
+const outageBudget = 30 * time.Second
+
 // errNoPermit says why TryAcquire got nothing.
 var errNoPermit = errors.New("no permit available")
 
@@ -187,6 +193,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (context.Contex
 		return nil, err
 	}
 	var got context.Context
+	var failing time.Time // since when attempts fail without an answer
 	err := wait(ctx, s.c, s.channel, nil, func() (bool, time.Duration, error) {
 		p, next, err := s.attempt(ctx)
 		switch {
@@ -194,13 +201,27 @@ func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (context.Contex
 			if doneErr(ctx) != nil {
 				return false, 0, nil // wait returns ctx's error
 			}
-			return false, 0, err
+			if try || !noAnswer(err) {
+				return false, 0, err
+			}
+			// No answer (a timeout, a refused connection): a failover
+			// or a restart may be under way. Each attempt has its own
+			// permit id and gives it back, so trying again is safe;
+			// keep waiting for up to outageBudget.
+			if failing.IsZero() {
+				failing = time.Now()
+			} else if time.Since(failing) > outageBudget {
+				return false, 0, err
+			}
+			s.c.cfg.logger.Warn("dlock: permit acquire failed; trying again", "semaphore", s.name, "error", err)
+			return false, 100 * time.Millisecond, nil
 		case p != nil:
 			got = p
 			return true, 0, nil
 		case try:
 			return false, 0, errNoPermit
 		}
+		failing = time.Time{}
 		return false, next, nil
 	})
 	switch {
@@ -710,31 +731,46 @@ func (ps *permitSet) renew(ctx context.Context) {
 		p.mu.Unlock()
 	}
 	ps.mu.Unlock()
+	// Semaphores on different masters are renewed side by side, so that
+	// one master that stopped answering does not hold up the others.
 	lease := ps.c.cfg.watchdogTimeout
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 8)
 	for _, group := range groups {
-		s := group[0].s
-		start := time.Now()
-		now := nowMillis(start)
-		args := []any{now, ps.c.publish, now + lease.Milliseconds()}
-		for _, p := range group {
-			args = append(args, p.id)
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			ps.renewGroup(ctx, lease, group)
+		}()
+	}
+	wg.Wait()
+}
+
+// renewGroup renews the permits of one semaphore in one script call.
+func (ps *permitSet) renewGroup(ctx context.Context, lease time.Duration, group []*permit) {
+	s := group[0].s
+	start := time.Now()
+	now := nowMillis(start)
+	args := []any{now, ps.c.publish, now + lease.Milliseconds()}
+	for _, p := range group {
+		args = append(args, p.id)
+	}
+	held, err := runScript(ctx, ps.c, scripts.PsemLease, s.keys(), args...).Int64Slice()
+	if err == nil && len(held) != len(group) {
+		err = fmt.Errorf("unexpected reply %v", held)
+	}
+	if err != nil {
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			ps.c.cfg.logger.Warn("dlock: permit renewal failed; retrying at the next tick", "semaphore", s.name, "error", err)
 		}
-		held, err := runScript(ctx, ps.c, scripts.PsemLease, s.keys(), args...).Int64Slice()
-		if err == nil && len(held) != len(group) {
-			err = fmt.Errorf("unexpected reply %v", held)
-		}
-		if err != nil {
-			if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				ps.c.cfg.logger.Warn("dlock: permit renewal failed; retrying at the next tick", "semaphore", s.name, "error", err)
-			}
-			continue
-		}
-		for i, p := range group {
-			if held[i] == 1 {
-				p.extend(start.Add(lease))
-			} else if !p.isReleased() {
-				p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
-			}
+		return
+	}
+	for i, p := range group {
+		if held[i] == 1 {
+			p.extend(start.Add(lease))
+		} else if !p.isReleased() {
+			p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
 		}
 	}
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -568,4 +569,137 @@ func TestPermitSemaphoreTopologies(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPermitSemaphoreFailover: a permit held across a failover (SENTINEL
+// FAILOVER; a frozen cluster master) is renewed on the new master, so its
+// context stays live, and its release there wakes a waiter on another
+// Client, whose subscription moved to the new master.
+func TestPermitSemaphoreFailover(t *testing.T) {
+	ctx := context.Background()
+	cl, ss := sharedCluster(t), sharedSentinel(t)
+	cases := []struct {
+		tp topology
+		// master serves the name; failover starts one and returns what
+		// waits for it to end and heals the topology.
+		master   func(name string) *redistest.Server
+		failover func(master *redistest.Server) (heal func() error)
+	}{{
+		tp:     sentinelTopology(t),
+		master: func(string) *redistest.Server { return ss.Master() },
+		failover: func(master *redistest.Server) func() error {
+			if err := ss.Failover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return func() error { return nil }
+		},
+	}, {
+		tp:     clusterTopology(t),
+		master: cl.MasterFor,
+		failover: func(master *redistest.Server) func() error {
+			master.Pause() // the cluster promotes its replica after the node timeout
+			return func() error {
+				master.Resume()
+				return cl.WaitHealthy(ctx)
+			}
+		},
+	}}
+	for _, fc := range cases {
+		t.Run(fc.tp.name, func(t *testing.T) {
+			tp := fc.tp
+			name := topoName(t, tp)
+			// Renewed every 5s; the lease (15s) outlasts the failover and
+			// the time the clients take to find the new master.
+			hs := mustPermitSemaphore(t, newClient(t, tp.redis(t), WithWatchdogTimeout(15*time.Second)), name)
+			wc := newClient(t, tp.redis(t))
+			ws := mustPermitSemaphore(t, wc, name)
+			if _, err := hs.TrySetPermits(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			p, err := hs.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan context.Context, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				defer cancel()
+				wp, err := ws.Acquire(wctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- wp
+			}()
+			waitForSyncWaiters(t, wc, ws.channel, 1)
+			if err := tp.caughtUp(ctx); err != nil {
+				t.Fatal(err)
+			}
+			old := fc.master(name)
+			first := permitScore(ctx, t, hs, p)
+			began := time.Now()
+			heal := fc.failover(old)
+			healed := false
+			t.Cleanup(func() {
+				if !healed {
+					_ = heal()
+				}
+			})
+			// A renewal lands on the new master: the expiry moves on.
+			eventually(t, 30*time.Second, func() error {
+				if p.Err() != nil {
+					return fmt.Errorf("permit lost across the failover: %w", context.Cause(p))
+				}
+				if fc.master(name) == old {
+					return errors.New("old master still in charge")
+				}
+				if s, err := ws.AvailablePermits(ctx); err != nil {
+					return err
+				} else if s != 0 {
+					return fmt.Errorf("%d permits available while one is held", s)
+				}
+				if score := permitScore(ctx, t, hs, p); score <= first {
+					return fmt.Errorf("expiry %v not renewed on the new master (was %v)", score, first)
+				}
+				return nil
+			})
+			t.Logf("%s: permit renewed on the new master %v after the failover began", tp.name, time.Since(began).Round(10*time.Millisecond))
+			released := time.Now()
+			if err := hs.Release(p); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case wp := <-got:
+				if wp == nil {
+					t.FailNow()
+				}
+				t.Logf("%s: waiter got the permit %v after the release on the new master", tp.name, time.Since(released).Round(time.Millisecond))
+				if err := ws.Release(wp); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("waiter not woken after the failover")
+			}
+			healed = true
+			if err := heal(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// permitScore is the expiry of the permit p holds, as the current master
+// has it (0 when missing or unreachable).
+func permitScore(ctx context.Context, t *testing.T, s *PermitSemaphore, p context.Context) float64 {
+	t.Helper()
+	infos, err := s.Permits(ctx)
+	if err != nil {
+		return 0
+	}
+	id, _ := s.PermitID(p)
+	for _, in := range infos {
+		if in.ID == id {
+			return float64(in.Expires.UnixMilli())
+		}
+	}
+	return 0
 }

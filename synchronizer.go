@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
@@ -92,6 +95,15 @@ func refused(err error) bool {
 	_, moved := redis.IsMovedError(err)
 	return ask || moved || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) ||
 		redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) || redis.IsLoadingError(err)
+}
+
+// noAnswer reports an error that says Redis did not answer, or refused for
+// the moment: a timeout, a broken or refused connection, a cluster without
+// a master for the slot. Trying again later may work.
+func noAnswer(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || refused(err)
 }
 
 // doneErr is ctx's error, counting a deadline that has passed as exceeded
