@@ -337,3 +337,108 @@ func TestMaxConcurrent(t *testing.T) {
 // publishes, so a poll can wake it a little under syncPoll after the
 // message: anything past half of it was not the message.
 const pushBound = syncPoll / 2
+
+// syncACL is the smallest permission set the synchronizers need for names
+// starting with "app:", as docs/synchronizers.md documents it: the keys
+// (the scripts name the channel among their keys, so it needs a key
+// pattern too), the channels, and the commands clients send and scripts
+// call.
+var syncACL = []any{
+	"on", ">secret", "resetkeys", "resetchannels",
+	"~app:*", "~{app:*", "~redisson_sc:{app:*", "~redisson_countdownlatch__channel__{app:*",
+	"&redisson_sc:{app:*", "&redisson_countdownlatch__channel__{app:*",
+	"-@all", "+hello", "+ping", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+publish",
+	"+get", "+set", "+del", "+exists", "+incrby", "+decrby", "+decr", "+pttl", "+pexpire",
+	"+zadd", "+zrem", "+zscore", "+zrange", "+zrangebyscore", "+zcard",
+}
+
+// TestSynchronizersMinimalACL runs every synchronizer, waiting included,
+// as a user with only syncACL.
+func TestSynchronizersMinimalACL(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t)
+	user := "dlock-acl-sync"
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, syncACL...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(ctx, "ACL", "DELUSER", user) })
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer rdb.Close()
+	c := newClient(t, rdb)
+	name := "app:" + lockName(t)
+
+	// Semaphore: a waiter woken by a release.
+	s := mustSemaphore(t, c, name+":sem")
+	if _, err := s.TrySetPermits(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 3)
+	go func() { done <- s.Acquire(ctx, 1) }()
+	waitForSyncWaiters(t, c, s.channel, 1)
+	if err := s.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DrainPermits(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// PermitSemaphore: every script, and a waiter.
+	ps := mustPermitSemaphore(t, c, name+":psem")
+	if err := ps.SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := ps.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.UpdateLease(p, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Permits(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		wp, err := ps.Acquire(ctx)
+		if err == nil {
+			err = ps.Release(wp)
+		}
+		done <- err
+	}()
+	waitForSyncWaiters(t, c, ps.channel, 1)
+	if err := ps.Release(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps.AddPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.AcquiredPermits(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// CountDownLatch: a waiter woken by the zero message.
+	l := mustLatch(t, c, name+":latch")
+	if _, err := l.TrySetCount(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- l.Await(ctx) }()
+	waitForSyncWaiters(t, c, l.channel, 1)
+	if _, err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter did not return under the ACL")
+		}
+	}
+	for _, k := range []string{name + ":sem", name + ":psem", "{" + name + ":psem}:timeout"} {
+		admin.Del(ctx, k)
+	}
+}
