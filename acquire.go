@@ -31,7 +31,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 	w := waiter{h: h, req: req, place: h.newPlace(req)}
 	defer w.stop()
 	for round := 0; ; round++ {
-		lockCtx, res, err := h.attemptFirst(ctx, req, w.last, round == 0 && !try)
+		lockCtx, res, err := w.attemptFirst(ctx, round == 0 && !try)
 		switch {
 		case lockCtx != nil:
 			w.acquired = true
@@ -109,14 +109,25 @@ func (h *handle) attemptOnce(ctx context.Context, req request, last error) (cont
 }
 
 // attemptFirst is attemptOnce, except for the first attempt of a Lock on a
-// lock that hands over and that another owner of this Client holds: that
-// attempt would fail, and the Lock goes straight to waiting to be handed
-// the lock. (Later attempts ask Redis: the local hold may have been lost.)
-func (h *handle) attemptFirst(ctx context.Context, req request, last error, first bool) (context.Context, attemptResult, error) {
-	if d, ok := h.c.heldHere(h, req.owner); first && ok {
-		return nil, attemptResult{ttl: max(d, time.Millisecond)}, nil
+// lock that hands over and that this Client is busy with already: there
+// the Lock goes straight to waiting its turn without asking Redis (later
+// attempts do ask: the local hold may have been lost). When another owner
+// of this Client holds the lock, the attempt would fail. When other
+// Locks of this Client wait for it, subscribed, they are ahead, and a
+// release reaches this Lock through them: the Lock joins them without
+// the attempt that follows a new subscription.
+func (w *waiter) attemptFirst(ctx context.Context, first bool) (context.Context, attemptResult, error) {
+	h := w.h
+	if first && w.place != nil {
+		switch d, how := h.c.busyHere(h, w.req.owner); how {
+		case heldHere:
+			return nil, attemptResult{ttl: max(d, time.Millisecond)}, nil
+		case waitedHere:
+			w.joined = true
+			return nil, attemptResult{ttl: d}, nil
+		}
 	}
-	return h.attemptOnce(ctx, req, last)
+	return h.attemptOnce(ctx, w.req, w.last)
 }
 
 // enter prepares an attempt by owner. When owner holds the lock through
@@ -247,6 +258,7 @@ type waiter struct {
 	timer    *time.Timer
 	last     error // why the latest attempt failed, when the kind says
 	acquired bool  // the Lock succeeded: a wake-up it had was used
+	joined   bool  // joined subscribed waiters of this Client: no attempt after subscribing
 }
 
 // sleep waits after an attempt that found the lock held: until an unlock
@@ -272,6 +284,8 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 	case w.sub == nil:
 		sub, err := h.c.hub.Subscribe(ctx, ch)
 		switch {
+		case err == nil && w.joined:
+			w.sub, wake = sub, sub.Wake()
 		case err == nil:
 			w.sub, wake = sub, sub.Ready()
 		case ctx.Err() != nil:
@@ -284,28 +298,12 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 		}
 	default:
 		wake = w.sub.Wake()
-	}
-	if w.place != nil {
-		h.c.enqueue(h, w.place)
-	}
-	var granted <-chan grant
-	if w.place != nil {
-		granted = w.place.grant
-	}
-	var g grant
-	select {
-	case <-wake:
-	case <-w.timer.C:
-	case g = <-granted:
-	case <-ctx.Done():
-	}
-	if g.ok {
-		return g, nil // the lock is ours even if ctx ended meanwhile
-	}
-	if w.place != nil {
-		if g, ok := w.handedOver(ctx); ok {
-			return g, nil
+		if w.place != nil {
+			w.place.subscribed = true
 		}
+	}
+	if g := w.wait(ctx, wake); g.ok {
+		return g, nil // the lock is ours even if ctx ended meanwhile
 	}
 	switch {
 	case ctxDone(ctx):
@@ -319,30 +317,58 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 	return grant{}, nil
 }
 
+// wait sleeps in the lock's queue, if the kind hands over, until wake,
+// the timer, a hand-over or the end of ctx. A release of this Client that
+// chose the waiter but freed the lock instead, for other processes' turn,
+// puts it back in the queue: it waits for the unlock message like the
+// waiters of every other process, rather than race them from up close.
+func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
+	for {
+		var granted <-chan grant
+		if w.place != nil {
+			w.h.c.enqueue(w.h, w.place)
+			granted = w.place.grant
+		}
+		var g grant
+		select {
+		case <-wake:
+		case <-w.timer.C:
+		case g = <-granted:
+		case <-ctx.Done():
+		}
+		if !g.ok && !g.freed && w.place != nil {
+			g = w.handedOver(ctx)
+		}
+		if !g.freed || ctxDone(ctx) {
+			return g
+		}
+	}
+}
+
 // handedOver takes the waiter out of its lock's queue after a sleep and
-// returns the grant of a hand-over that chose it meanwhile, if any. When
+// returns the outcome of a hand-over that chose it meanwhile, if any. When
 // ctx ends while the hand-over is still on its way, a lock it hands over
 // is given back in the background.
-func (w *waiter) handedOver(ctx context.Context) (grant, bool) {
+func (w *waiter) handedOver(ctx context.Context) grant {
 	h := w.h
 	if !h.c.dequeue(h, w.place) {
 		select {
 		case g := <-w.place.grant: // told before we woke
-			return g, g.ok
+			return g
 		default:
-			return grant{}, false
+			return grant{}
 		}
 	}
 	select {
 	case g := <-w.place.grant:
-		return g, g.ok
+		return g
 	case <-ctx.Done():
 		h.c.background(h.holdKey(w.req.owner), func(context.Context) {
 			if g := <-w.place.grant; g.ok {
 				h.giveBack(w.req)
 			}
 		})
-		return grant{}, false
+		return grant{}
 	}
 }
 

@@ -24,9 +24,9 @@ const handoffBound = 4
 // handoffer is implemented by kinds whose release can hand the lock over.
 type handoffer interface {
 	// releaseTo releases r.owner's hold and hands the lock to next.owner
-	// as the policy when allows (handoffWhen). token is next's fencing
-	// token when handed is set.
-	releaseTo(ctx context.Context, r, next request, when string, ours int) (res releaseResult, handed bool, token int64, err error)
+	// as when allows (see lock_release_to.lua); ours is how many of the
+	// channel's subscriptions are this Client's.
+	releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error)
 }
 
 // queue is one lock's waiters in this Client that a release can hand the
@@ -41,20 +41,29 @@ type queue struct {
 // sleeps the place is queued; a release that picks it marks it chosen and
 // sends the outcome on grant.
 type place struct {
-	req    request
-	ticket uint64 // the queue's order
-	queued bool
-	chosen bool
-	grant  chan grant
+	req        request
+	ticket     uint64 // the queue's order
+	queued     bool
+	chosen     bool
+	subscribed bool // its Lock's subscription was confirmed before
+	grant      chan grant
 }
 
 // grant is the outcome of a hand-over to a place: ok when the lock is the
 // waiter's now, with its token and the time the hand-over was sent (its
-// lease counts from then).
+// lease counts from then); freed when the release freed the lock and
+// published instead, so that another process's waiter gets its turn.
 type grant struct {
-	ok    bool
-	token int64
-	start time.Time
+	ok, freed bool
+	token     int64
+	start     time.Time
+}
+
+// handoff is what a releaseTo did.
+type handoff struct {
+	res           releaseResult
+	handed, freed bool  // handed to the waiter; freed and published instead
+	token         int64 // the waiter's fencing token, when handed
 }
 
 // queueKey names the queue of h's lock.
@@ -69,17 +78,26 @@ func (h *handle) newPlace(req request) *place {
 	return &place{req: req, ticket: h.c.tickets.Add(1), grant: make(chan grant, 1)}
 }
 
-// heldHere reports whether another owner of this Client holds h's lock,
-// and for how long its lease lasts at most: a Lock by owner then waits to
-// be handed the lock rather than ask Redis.
-func (c *Client) heldHere(h *handle, owner string) (time.Duration, bool) {
+// How a Client is busy with a lock already (busyHere).
+const (
+	notHere    = iota
+	heldHere   // another owner of the Client holds it
+	waitedHere // Locks of the Client wait for it, subscribed
+)
+
+// busyHere tells whether this Client is busy with h's lock already, for a
+// Lock by owner, and how long that Lock should sleep at most: the local
+// holder's lease, or pollNoExpiry behind subscribed waiters.
+func (c *Client) busyHere(h *handle, owner string) (time.Duration, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	hd := c.holders[h.queueKey()]
-	if hd == nil || hd.owner == owner {
-		return 0, false
+	if hd := c.holders[h.queueKey()]; hd != nil && hd.owner != owner {
+		return time.Until(hd.until), heldHere
 	}
-	return time.Until(hd.until), true
+	if q := c.queues[h.queueKey()]; q != nil && slices.ContainsFunc(q.places, func(p *place) bool { return p.subscribed }) {
+		return pollNoExpiry, waitedHere
+	}
+	return 0, notHere
 }
 
 // enqueue puts p into h's queue for the time its Lock sleeps.

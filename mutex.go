@@ -59,20 +59,20 @@ func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, erro
 		unlockMessage, r.owner, k.c.publish)
 }
 
-func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (releaseResult, bool, int64, error) {
+func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
 	keys := []string{k.name, k.channelName, k.token}
 	cmd, resent := k.c.evalCounted(ctx, scripts.LockReleaseTo, keys,
 		unlockMessage, r.owner, k.c.publish, next.owner, millis(next.lease), fenceArg(next), when, ours)
 	res, err := cmd.Int64Slice()
 	switch {
 	case err != nil:
-		return 0, false, 0, err
+		return handoff{}, err
 	case len(res) != 2:
-		return 0, false, 0, errors.New("unexpected reply from the release script")
+		return handoff{}, errors.New("unexpected reply from the release script")
 	case res[0] == -1 && !resent:
-		return notHeld, false, 0, nil
+		return handoff{res: notHeld}, nil
 	}
-	return released, res[0] == 2, res[1], nil
+	return handoff{res: released, handed: res[0] == 2, freed: res[0] == 1, token: res[1]}, nil
 }
 
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {

@@ -125,7 +125,7 @@ func (h *handle) release(ctx context.Context, hd *hold, first chan<- error) {
 // releaseOnce sends one release of req.owner's hold. The first try hands
 // the lock over to a waiter of this Client when the kind can (handoff.go).
 func (h *handle) releaseOnce(ctx context.Context, req request, first bool) (releaseResult, error) {
-	ho, ok := h.kind.(handoffer)
+	hand, ok := h.kind.(handoffer)
 	if !ok || !first {
 		return h.kind.release(ctx, req)
 	}
@@ -134,9 +134,9 @@ func (h *handle) releaseOnce(ctx context.Context, req request, first bool) (rele
 		return h.kind.release(ctx, req)
 	}
 	start := time.Now()
-	res, handed, token, err := ho.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
-	h.c.handedOver(h, next, grant{ok: err == nil && handed, token: token, start: start})
-	return res, err
+	ho, err := hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
+	h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, token: ho.token, start: start})
+	return ho.res, err
 }
 
 // logRelease reports how a release that failed at first ended.
