@@ -159,16 +159,15 @@ func run() error {
 	}
 	rep := &report{cfg: cfg, command: *command, env: environment()}
 	start := time.Now()
-	if err := rep.runAll(run); err != nil {
-		return err
-	}
+	rep.runAll(run)
 	rep.env.loadEnd = loadAverage()
 	rep.env.elapsed = time.Since(start)
 	if *png != "" && len(rep.hot) > 0 {
 		if err := plotWaits(*png, rep.hot); err != nil {
-			return err
+			progress("no plot: %v", err)
+		} else {
+			rep.png = *png
 		}
-		rep.png = *png
 	}
 	md := rep.markdown(*out)
 	fmt.Print(md)

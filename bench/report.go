@@ -113,7 +113,14 @@ func (r *report) libsFor(scenario string) []lib {
 	return ls
 }
 
-func (r *report) runAll(run []string) error {
+// failed logs a run that failed (its worker's stderr is already on
+// stderr) and returns the error for the run's row: the other runs go on.
+func failed(err error) string {
+	progress("FAILED: %v", err)
+	return "run failed: " + err.Error()
+}
+
+func (r *report) runAll(run []string) {
 	cfg := r.cfg
 	r.run = run
 	if slices.Contains(run, "unc") {
@@ -133,7 +140,7 @@ func (r *report) runAll(run []string) error {
 					progress("uncontended  %-15s goroutines=%-2d round %d", l.id, g, round+1)
 					res, err := runUncontended(cfg, l, g, round)
 					if err != nil {
-						return err
+						res = &uncontendedResult{Lib: l.id, Goroutines: g, Errors: 1, FirstError: failed(err)}
 					}
 					r.unc[g][i] = keepBest(r.unc[g][i], res)
 				}
@@ -152,7 +159,7 @@ func (r *report) runAll(run []string) error {
 				progress("hot lock     %-15s %d clients × %d goroutines, %v, round %d", ls[i].id, cfg.clients, cfg.perClient, cfg.hotWindow, round+1)
 				res, err := runHot(cfg, ls[i])
 				if err != nil {
-					return err
+					res = &hotResult{Lib: ls[i].id, Errors: 1, FirstError: failed(err)}
 				}
 				runs[i] = append(runs[i], res)
 			}
@@ -162,16 +169,14 @@ func (r *report) runAll(run []string) error {
 		}
 	}
 	if slices.Contains(run, "redlock") && len(cfg.redLibs) > 0 {
-		if err := r.runRedlocks(); err != nil {
-			return err
-		}
+		r.runRedlocks()
 	}
 	if slices.Contains(run, "watchdog") {
 		for _, l := range r.libsFor("watchdog") {
 			progress("watchdog     %-15s %d locks", l.id, cfg.wdLocks)
 			res, err := runWatchdog(cfg, l)
 			if err != nil {
-				return err
+				res = &watchdogResult{Lib: l.id, Errors: 1, FirstError: failed(err)}
 			}
 			r.watchdog = append(r.watchdog, res)
 		}
@@ -181,12 +186,11 @@ func (r *report) runAll(run []string) error {
 			progress("waiters      %-15s %d waiters on %d locks", l.id, cfg.waiters, cfg.waitLocks)
 			res, err := runWaiters(cfg, l)
 			if err != nil {
-				return err
+				res = &waitersResult{Lib: l.id, Errors: 1, FirstError: failed(err)}
 			}
 			r.waiters = append(r.waiters, res)
 		}
 	}
-	return nil
 }
 
 // medianHot returns the run with the median acquisitions/s (the lower
@@ -361,19 +365,22 @@ func (r *report) writeUncontended(w writer) {
 		}
 		t := newTable("library", "Lock+Unlock/s", "p50", "p99", "round trips/op", "(un)subscribes/op", "executed/op",
 			"Redis CPU/op", "client CPU/op", "keys left", "memory left", "rounds (/s)")
-		ids := make([]string, len(us))
-		for i, u := range us {
-			ids[i] = u.Lib
+		var ids []string
+		var ok []*uncontendedResult // the rows with measurements, compared
+		for _, u := range us {
+			if u.PerSec > 0 {
+				ids, ok = append(ids, u.Lib), append(ok, u)
+			}
 			t.row(u.Lib+errNote(u.Errors, u.FirstError), fmtRate(u.PerSec), fmtDur(u.Latency.P50), fmtDur(u.Latency.P99),
 				f2(u.RoundTrips), f2(u.Subscribes), f2(u.Executed), perOp(u.RedisCPU, u.ops()), perOp(u.ClientCPU, u.ops()),
 				fmt.Sprint(u.Left.Keys()), fmtBytes(u.Left.Mem()), rounds(u.Rounds))
 		}
 		w("**%d goroutine(s)**\n\n%s\n", g, t)
 		w("%s\n", compare(ids, []metric{
-			{"Lock+Unlock/s", false, func(i int) float64 { return us[i].PerSec }, fmtRate},
-			{"p50", true, func(i int) float64 { return float64(us[i].Latency.P50) }, fmtNs},
-			{"Redis CPU/op", true, func(i int) float64 { return cpuPer(us[i].RedisCPU, us[i].ops()) }, fmtNs},
-			{"round trips/op", true, func(i int) float64 { return us[i].RoundTrips }, f2},
+			{"Lock+Unlock/s", false, func(i int) float64 { return ok[i].PerSec }, fmtRate},
+			{"p50", true, func(i int) float64 { return float64(ok[i].Latency.P50) }, fmtNs},
+			{"Redis CPU/op", true, func(i int) float64 { return cpuPer(ok[i].RedisCPU, ok[i].ops()) }, fmtNs},
+			{"round trips/op", true, func(i int) float64 { return ok[i].RoundTrips }, f2},
 		}))
 	}
 }
@@ -405,9 +412,12 @@ func (r *report) writeHot(w writer, out string) {
 	t := newTable("library", "acquisitions/s", "wait p50", "wait p99", "wait max", "handoff p50", "hold mean",
 		"round trips/acq", "(un)subscribes/acq", "executed/acq", "Redis CPU/acq", "client CPU/acq",
 		"keys left", "memory left", "acq per goroutine", "overlaps", "rounds (acq/s)")
-	ids := make([]string, len(r.hot))
-	for i, h := range r.hot {
-		ids[i] = h.Lib
+	var ids []string
+	var hs []*hotResult // the rows with measurements, compared
+	for _, h := range r.hot {
+		if h.Acq > 0 {
+			ids, hs = append(ids, h.Lib), append(hs, h)
+		}
 		acq := float64(h.Acq)
 		t.row(h.Lib+errNote(h.Errors, h.FirstError), fmtRate(h.PerSec), fmtDur(h.Wait.P50), fmtDur(h.Wait.P99), fmtDur(h.MaxWait),
 			fmtDur(h.Handoff.P50), fmtDur(h.HoldMean), f2(h.RoundTrips), f2(h.Subscribes), f2(h.Executed),
@@ -415,7 +425,6 @@ func (r *report) writeHot(w writer, out string) {
 			fmt.Sprintf("%d–%d", h.MinPerG, h.MaxPerG), fmt.Sprint(h.Overlaps), rounds(h.Rounds))
 	}
 	w("%s\n", t)
-	hs := r.hot
 	w("%s\n", compare(ids, []metric{
 		{"acquisitions/s", false, func(i int) float64 { return hs[i].PerSec }, fmtRate},
 		{"wait p99", true, func(i int) float64 { return float64(hs[i].Wait.P99) }, fmtNs},

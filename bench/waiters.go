@@ -55,10 +55,8 @@ func waitersWorker(j job, l lib) (*waitersResult, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("bench:w:%d", i)
 	}
-	holds, err := lockAll(ctx, lk, names)
-	if err != nil {
-		return nil, err
-	}
+	holds, errs, first := lockAll(ctx, lk, names)
+	r.Errors, r.FirstError = errs, first
 
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()

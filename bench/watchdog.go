@@ -46,11 +46,8 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 		names[i] = fmt.Sprintf("bench:wd:%d", i)
 	}
 	start := time.Now()
-	unlocks, errs := lockAll(ctx, lk, names)
+	unlocks, errs, first := lockAll(ctx, lk, names)
 	r.LockTime = time.Since(start)
-	if errs != nil {
-		return nil, errs
-	}
 
 	time.Sleep(j.Settle)
 	s0, err := sampleServer(ctx, admin)
@@ -83,7 +80,11 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 	for _, e := range exists {
 		r.Held += int(e.Val())
 	}
-	r.Errors, r.FirstError = unlockAll(ctx, unlocks)
+	n, uFirst := unlockAll(ctx, unlocks)
+	r.Errors = errs + n
+	if r.FirstError = first; first == "" {
+		r.FirstError = uFirst
+	}
 	return r, nil
 }
 
@@ -107,6 +108,9 @@ func unlockAll(ctx context.Context, unlocks []func(context.Context) error) (errs
 				i := int(next.Add(1)) - 1
 				if i >= len(unlocks) {
 					return
+				}
+				if unlocks[i] == nil {
+					continue
 				}
 				if err := unlocks[i](ctx); err != nil {
 					failed.Add(1)
@@ -133,44 +137,48 @@ func unlockAll(ctx context.Context, unlocks []func(context.Context) error) (errs
 }
 
 // lockAll takes every lock in names, 32 at a time, and returns their
-// unlock functions.
-func lockAll(ctx context.Context, lk locker, names []string) ([]func(context.Context) error, error) {
-	unlocks := make([]func(context.Context) error, len(names))
+// unlock functions. A lock not taken within opTimeout is given up and
+// counted as an error; its unlock function is nil.
+func lockAll(ctx context.Context, lk locker, names []string) (unlocks []func(context.Context) error, errs int, first string) {
+	unlocks = make([]func(context.Context) error, len(names))
 	var next atomic.Int64
-	var first error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(names) {
 					return
 				}
+				// rueidislock releases a lock whose ctx ends, so the ctx
+				// lives until unlock and the timeout cancels it only
+				// while Lock is waiting.
 				lctx, cancel := context.WithCancel(ctx)
+				timer := time.AfterFunc(opTimeout, cancel)
 				u, err := lk.lock(lctx, names[i])
+				if !timer.Stop() && err == nil {
+					_ = u(ctx)
+					err = fmt.Errorf("lock %s: not taken within %v", names[i], opTimeout)
+				}
 				if err != nil {
 					cancel()
 					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("bench: lock %s: %w", names[i], err)
+					if errs++; first == "" {
+						first = err.Error()
 					}
 					mu.Unlock()
-					return
+					continue
 				}
-				// rueidislock releases a lock whose ctx ends; the ctx
-				// lives until unlock.
 				unlocks[i] = func(ctx context.Context) error {
 					defer cancel()
 					return u(ctx)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	return unlocks, first
+	return unlocks, errs, first
 }
 
 // runWatchdog runs the watchdog scenario for one library.
