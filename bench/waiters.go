@@ -12,7 +12,7 @@ import (
 )
 
 // drainTimeout bounds the drain phase of the waiter-scale scenario.
-const drainTimeout = 30 * time.Second
+const drainTimeout = 15 * time.Second
 
 // waitersResult is one library with j.Waiters goroutines waiting on
 // j.Locks held locks.
