@@ -105,8 +105,9 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 // An attempt that reached Redis is never cut short by ctx (its reply is
 // awaited, bounded by the Redis client's timeouts), so that permits are
 // never taken without the caller knowing; Acquire may therefore return one
-// round trip after ctx ends. Only a reply lost to a broken connection can
-// leave permits taken that nobody will release, as in Redisson.
+// round trip after ctx ends. Only a reply lost to a broken connection or a
+// timeout can leave permits taken that nobody will release: the error then
+// wraps ErrNoReply (the script is not sent twice, see ErrNoReply).
 func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -147,7 +148,8 @@ func (s *Semaphore) try(ctx context.Context, n int) (bool, error) {
 
 // Release gives back n permits (n > 0) and wakes waiters. As in Redisson
 // the count is not bounded: permits released that were not acquired add to
-// the available ones, which is how a semaphore is used to signal.
+// the available ones, which is how a semaphore is used to signal. An error
+// wrapping ErrNoReply means the release may or may not have happened.
 func (s *Semaphore) Release(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -358,4 +360,35 @@ func TestSemaphoreTopologies(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSemaphoreLostReply: go-redis sends a command again when its reply is
+// lost; a counting semaphore's scripts are not idempotent, so dlock has
+// them sent once and reports ErrNoReply: a release whose reply was lost
+// gives back its permits once, not twice.
+func TestSemaphoreLostReply(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	prdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 1}) // go-redis' default retries
+	t.Cleanup(func() { _ = prdb.Close() })
+	ps := mustSemaphore(t, newClient(t, prdb), name)
+	s := mustSemaphore(t, newClient(t, nil), name)
+	// Connected, and the script loaded: the dropped reply is the release's.
+	if err := scripts.SemRelease.Load(ctx, prdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.DropNextReply()
+	if err := ps.Release(ctx, 1); !errors.Is(err, ErrNoReply) {
+		t.Fatalf("Release with its reply dropped: %v, want ErrNoReply", err)
+	}
+	if proxy.Drops() != 1 {
+		t.Fatalf("%d replies dropped, want 1", proxy.Drops())
+	}
+	wantPermits(t, s, 1) // applied once
+	// The next Release goes through on a new connection.
+	if err := ps.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	wantPermits(t, s, 2)
 }

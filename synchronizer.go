@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -47,20 +48,36 @@ func newSync(c *Client, name string) error {
 	return validateName(name)
 }
 
-// runScript runs a synchronizer script. These scripts are not idempotent
-// (running a release twice gives back twice the permits), so only refusals
-// that guarantee the script did not run are retried: a cluster migrating
-// or electing (TRYAGAIN, CLUSTERDOWN, MOVED/ASK past go-redis' redirects),
-// a demoted or masterless node (READONLY, MASTERDOWN), a loading server
-// (LOADING). They are retried while ctx allows, at most refusalBudget
-// when ctx has no deadline.
-func runScript(ctx context.Context, c *Client, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+// ErrNoReply is wrapped by the error of an operation whose reply was lost
+// (a timeout, a connection broken after the command was sent) when the
+// operation is not idempotent: Semaphore Acquire, TryAcquire, Release and
+// AddPermits, PermitSemaphore AddPermits, CountDownLatch CountDown. Redis
+// may or may not have applied it. dlock does not send it again, and has
+// go-redis not send it again, since applying it twice would take or give
+// back permits twice; check the state (AvailablePermits, Count) before
+// trying again.
+var ErrNoReply = errors.New("dlock: no reply; the operation may or may not have been applied")
+
+// runScript runs a synchronizer script. Refusals that guarantee the script
+// did not run are retried: a cluster migrating or electing (TRYAGAIN,
+// CLUSTERDOWN, MOVED/ASK past go-redis' redirects), a demoted or masterless
+// node (READONLY, MASTERDOWN), a loading server (LOADING). They are retried
+// while ctx allows, at most refusalBudget when ctx has no deadline.
+// go-redis itself sends an idempotent script again after a lost reply; a
+// script that is not idempotent is sent once (a failed dial, which sent
+// nothing, is retried here), and a lost reply is reported as ErrNoReply.
+func runScript(ctx context.Context, c *Client, s scripts.Script, keys []string, args ...any) *redis.Cmd {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(refusalBudget)
 	}
 	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
-		cmd := s.Run(ctx, c.rdb, keys, args...)
+		var cmd *redis.Cmd
+		if s.Idempotent {
+			cmd = s.Run(ctx, c.rdb, keys, args...)
+		} else {
+			cmd = evalOnce(ctx, c.rdb, s, keys, args)
+		}
 		err := cmd.Err()
 		var reply redis.Error
 		if cc, ok := c.rdb.(*redis.ClusterClient); ok && err != nil && !errors.As(err, &reply) && ctx.Err() == nil {
@@ -68,7 +85,11 @@ func runScript(ctx context.Context, c *Client, s *redis.Script, keys []string, a
 			// slot map reloaded so that the next call finds the new master.
 			cc.ReloadState(ctx)
 		}
-		if !refused(err) || time.Now().Add(pause).After(deadline) {
+		retry := refused(err) || !s.Idempotent && notSent(err)
+		if !retry || time.Now().Add(pause).After(deadline) {
+			if err != nil && !s.Idempotent && !errors.As(err, &reply) && !notSent(err) {
+				cmd.SetErr(fmt.Errorf("%w: %w", ErrNoReply, err))
+			}
 			return cmd
 		}
 		t := time.NewTimer(pause)
@@ -79,6 +100,44 @@ func runScript(ctx context.Context, c *Client, s *redis.Script, keys []string, a
 			return cmd
 		}
 	}
+}
+
+// onceCmd is a command go-redis must not send again on its own.
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// evalOnce runs s by EVALSHA, and by EVAL when the server does not have it
+// (NOSCRIPT: nothing ran), each sent at most once.
+func evalOnce(ctx context.Context, rdb redis.UniversalClient, s scripts.Script, keys []string, args []any) *redis.Cmd {
+	cmd := evalCmd(ctx, "evalsha", s.Hash(), keys, args)
+	_ = rdb.Process(ctx, onceCmd{cmd})
+	if errors.Is(cmd.Err(), redis.ErrNoScript) || redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = evalCmd(ctx, "eval", s.Src, keys, args)
+		_ = rdb.Process(ctx, onceCmd{cmd})
+	}
+	return cmd
+}
+
+func evalCmd(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, script, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
+}
+
+// notSent reports an error that shows the command never left: no
+// connection could be made.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
 }
 
 // refusalBudget bounds the retries of a refused script for a ctx without

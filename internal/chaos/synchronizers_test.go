@@ -81,10 +81,10 @@ type semOptions struct {
 }
 
 // TestSemaphoreChaos runs the counting semaphore under the faults that
-// lose no reply. It has no restart run: its scripts are not idempotent,
-// and go-redis re-sends a command whose reply a restart lost, so a
-// restart can give back or take permits twice (documented; use a
-// PermitSemaphore).
+// lose no reply. It has no restart run: its scripts are not idempotent, so
+// a reply a restart lost is reported (ErrNoReply) rather than applied
+// twice, but an acquire whose reply was lost leaks its permit, and the run
+// would slowly starve (documented; use a PermitSemaphore).
 func TestSemaphoreChaos(t *testing.T) {
 	for _, f := range []struct {
 		name  string

@@ -41,32 +41,48 @@ var (
 	latchDelete string
 )
 
+// Script is a synchronizer script with its source and whether running it
+// twice does what running it once does. Scripts that are not idempotent
+// must not be sent again by the Redis client after a lost reply; callers
+// send them by EVALSHA and EVAL themselves, with go-redis' retries off.
+type Script struct {
+	*redis.Script
+	Src        string
+	Idempotent bool
+}
+
+func once(src string) Script       { return Script{redis.NewScript(src), src, false} }
+func idempotent(src string) Script { return Script{redis.NewScript(src), src, true} }
+
 // Counting semaphore (Redisson RSemaphore) scripts. SemTrySet serves the
-// permit semaphore too: Redisson's two trySetPermits are the same.
+// permit semaphore too: Redisson's two trySetPermits are the same. A
+// repeated SemTrySet or SemDrain changes nothing more (its answer may
+// differ: the first run's is lost anyway).
 var (
-	SemAcquire = redis.NewScript(semAcquire)
-	SemRelease = redis.NewScript(semRelease)
-	SemTrySet  = redis.NewScript(semTrySet)
-	SemAdd     = redis.NewScript(semAdd)
-	SemDrain   = redis.NewScript(semDrain)
+	SemAcquire = once(semAcquire)
+	SemRelease = once(semRelease)
+	SemTrySet  = idempotent(semTrySet)
+	SemAdd     = once(semAdd)
+	SemDrain   = idempotent(semDrain)
 )
 
 // Permit semaphore (Redisson RPermitExpirableSemaphore) scripts. They share
 // the KEYS (semaphore, timeout zset, channel) and ARGV[1..2] (now, publish
 // command) of psem_reclaim.lua; those that reclaim expired permits first
-// start with it.
+// start with it. All but PsemAdd are idempotent: permits are named by ids
+// the caller makes.
 var (
-	PsemAcquire = redis.NewScript(psemReclaim + psemAcquire)
-	PsemRelease = redis.NewScript(psemRelease)
-	PsemLease   = redis.NewScript(psemReclaim + psemLease)
-	PsemCount   = redis.NewScript(psemReclaim + psemCount)
-	PsemAdd     = redis.NewScript(psemAdd)
-	PsemSet     = redis.NewScript(psemSet)
+	PsemAcquire = idempotent(psemReclaim + psemAcquire)
+	PsemRelease = idempotent(psemRelease)
+	PsemLease   = idempotent(psemReclaim + psemLease)
+	PsemCount   = idempotent(psemReclaim + psemCount)
+	PsemAdd     = once(psemAdd)
+	PsemSet     = idempotent(psemSet)
 )
 
 // Count-down latch (Redisson RCountDownLatch) scripts.
 var (
-	LatchTrySet    = redis.NewScript(latchTrySet)
-	LatchCountDown = redis.NewScript(latchCountDown)
-	LatchDelete    = redis.NewScript(latchDelete)
+	LatchTrySet    = idempotent(latchTrySet)
+	LatchCountDown = once(latchCountDown)
+	LatchDelete    = idempotent(latchDelete)
 )
