@@ -282,7 +282,7 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 	switch ch := h.kind.channel(w.req.owner); {
 	case ch == "":
 	case w.sub == nil:
-		sub, err := h.c.hub.Subscribe(ctx, ch)
+		sub, err := w.subscribe(ctx, ch)
 		switch {
 		case err == nil && w.joined:
 			w.sub, wake = sub, sub.Wake()
@@ -315,6 +315,38 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 		return grant{}, ErrClosed
 	}
 	return grant{}, nil
+}
+
+// subscribe subscribes to channel through the Client's hub. Opening the
+// hub's connection to a server that does not answer can take the Redis
+// client's dial and read timeouts whatever ctx says, so when ctx can end,
+// subscribe returns when it ends, and a subscription made after that is
+// closed in the background.
+func (w *waiter) subscribe(ctx context.Context, channel string) (*pubsub.Waiter, error) {
+	hub := w.h.c.hub
+	if ctx.Done() == nil {
+		return hub.Subscribe(ctx, channel)
+	}
+	type result struct {
+		sub *pubsub.Waiter
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sub, err := hub.Subscribe(ctx, channel)
+		done <- result{sub, err}
+	}()
+	select {
+	case r := <-done:
+		return r.sub, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.sub != nil {
+				r.sub.Close(false)
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // wait sleeps in the lock's queue, if the kind hands over, until wake,

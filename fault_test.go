@@ -7,13 +7,16 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
-// TestLostReplyIsNotAppliedTwice drops the reply to acquire and release
-// commands on the way back from Redis. go-redis then sends the same command
-// again on a new connection; the request latches must make the second run
-// a no-op, or the hold count would be off by one.
+// TestLostReplyIsNotAppliedTwice drops the reply to a first acquire, a
+// reentrant acquire and the final release on the way back from Redis.
+// go-redis then sends the same command again on a new connection, and the
+// second run must be a no-op: the owner's field stays 1, each acquisition
+// takes one fencing token, and the re-sent release, finding nothing to
+// release, still counts as released (the Client knows it re-sent it).
 func TestLostReplyIsNotAppliedTwice(t *testing.T) {
 	ctx := context.Background()
 	proxy, err := redistest.NewProxy(redisAddr)
@@ -23,32 +26,65 @@ func TestLostReplyIsNotAppliedTwice(t *testing.T) {
 	defer proxy.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3})
 	defer rdb.Close()
-	c := newClient(t, rdb)
-	m := mustMutex(t, c, lockName(t), WithFencing())
-	check := func(l context.Context, want int) {
-		t.Helper()
-		if n, err := m.HoldCount(l); err != nil || n != want {
-			t.Fatalf("HoldCount = %d, %v; want %d", n, err, want)
-		}
-	}
-	l1 := mustLock(t, ctx, m)
-	proxy.DropNextReply()
-	l2 := mustLock(t, l1, m) // reentrant acquire, reply lost once
-	check(l1, 2)
-	if t1, _ := Token(l1); func() int64 { t2, _ := Token(l2); return t2 }() != t1+1 {
-		t.Errorf("fencing token advanced twice for one acquisition")
-	}
-	proxy.DropNextReply()
-	if err := m.Unlock(l2); err != nil { // release, reply lost once
+	if err := rdb.Ping(ctx).Err(); err != nil { // connect before the drops
 		t.Fatal(err)
 	}
-	check(l1, 1)
+	admin := newRedis(t)
+	// Cached scripts: the replies lost must be the scripts', not NOSCRIPT.
+	for _, s := range []*redis.Script{scripts.LockAcquire, scripts.LockRelease} {
+		if err := s.Load(ctx, admin).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, rdb)
+	m := mustMutex(t, c, lockName(t), WithFencing())
+	counter := func() int64 {
+		t.Helper()
+		n, err := admin.Get(ctx, prefixName(tokenPrefix, m.Name())).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	field := func(l context.Context) int {
+		t.Helper()
+		owner, _ := ownerFrom(l, c)
+		n, err := admin.HGet(ctx, m.Name(), owner).Int()
+		if err != nil {
+			t.Fatalf("owner's field: %v", err)
+		}
+		return n
+	}
+
+	proxy.DropNextReply()
+	l1 := mustLock(t, ctx, m) // first acquire, reply lost once
+	if t1, _ := Token(l1); t1 != 1 || counter() != 1 {
+		t.Errorf("first token %d, counter %d; want 1 for both (one acquisition)", t1, counter())
+	}
+	t1, _ := Token(l1)
+	proxy.DropNextReply()
+	l2 := mustLock(t, l1, m) // reentrant acquire, reply lost once
+	if t2, _ := Token(l2); t2 != t1+1 || counter() != t2 {
+		t.Errorf("reentrant token %d, counter %d; want %d for both", t2, counter(), t1+1)
+	}
+	if n := field(l1); n != 1 {
+		t.Errorf("owner's field %d in Redis, want 1 (re-entries are counted in the Client)", n)
+	}
+	if n, err := m.HoldCount(l1); n != 2 || err != nil {
+		t.Fatalf("HoldCount = %d, %v; want 2", n, err)
+	}
+	if err := m.Unlock(l2); err != nil { // inner: counted in the Client
+		t.Fatal(err)
+	}
 	proxy.DropNextReply()
 	if err := m.Unlock(l1); err != nil { // final release, reply lost once
 		t.Fatalf("final Unlock after a lost reply: %v", err)
 	}
-	if locked, _ := m.IsLocked(ctx); locked {
-		t.Error("still locked")
+	if n, err := admin.Exists(ctx, m.Name()).Result(); n != 0 || err != nil {
+		t.Errorf("lock still there (%d, %v)", n, err)
+	}
+	if !errors.Is(context.Cause(l1), ErrUnlocked) {
+		t.Errorf("cause %v, want ErrUnlocked", context.Cause(l1))
 	}
 	if proxy.Drops() != 3 {
 		t.Errorf("proxy dropped %d replies, want 3", proxy.Drops())
