@@ -95,7 +95,7 @@ var libs = []lib{
 		settings: "`KeyMajority` 1, `NoLoopTracking`, validity 5 s auto-extended, client-side-caching wake-up",
 		open:     openRueidislock,
 		redisKey: func(name string) string { return "rueidislock:0:" + name },
-		hook:     "rueidis.Client wrapper (Do, DoMulti, DoStream, DoMultiStream, Receive; DoCache only on a miss)",
+		hook:     "rueidis.Client wrapper (Do and DoMulti calls)",
 	},
 }
 
@@ -324,9 +324,9 @@ type rueidisLocker struct {
 	rt *atomic.Int64
 }
 
-// rueidisCounter counts the round trips of a rueidis.Client: every call
-// that reaches the server (a DoCache answered from the local cache does
-// not).
+// rueidisCounter counts the round trips of a rueidis.Client: its Do and
+// DoMulti calls, the only ones rueidislock (v1.0.79) makes (scripts run
+// through Do).
 type rueidisCounter struct {
 	rueidis.Client
 	n *atomic.Int64
@@ -340,40 +340,6 @@ func (c rueidisCounter) Do(ctx context.Context, cmd rueidis.Completed) rueidis.R
 func (c rueidisCounter) DoMulti(ctx context.Context, multi ...rueidis.Completed) []rueidis.RedisResult {
 	c.n.Add(1)
 	return c.Client.DoMulti(ctx, multi...)
-}
-
-func (c rueidisCounter) DoStream(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResultStream {
-	c.n.Add(1)
-	return c.Client.DoStream(ctx, cmd)
-}
-
-func (c rueidisCounter) DoMultiStream(ctx context.Context, multi ...rueidis.Completed) rueidis.MultiRedisResultStream {
-	c.n.Add(1)
-	return c.Client.DoMultiStream(ctx, multi...)
-}
-
-func (c rueidisCounter) Receive(ctx context.Context, subscribe rueidis.Completed, fn func(msg rueidis.PubSubMessage)) error {
-	c.n.Add(1)
-	return c.Client.Receive(ctx, subscribe, fn)
-}
-
-func (c rueidisCounter) DoCache(ctx context.Context, cmd rueidis.Cacheable, ttl time.Duration) rueidis.RedisResult {
-	r := c.Client.DoCache(ctx, cmd, ttl)
-	if !r.IsCacheHit() {
-		c.n.Add(1)
-	}
-	return r
-}
-
-func (c rueidisCounter) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
-	rs := c.Client.DoMultiCache(ctx, multi...)
-	for _, r := range rs {
-		if !r.IsCacheHit() {
-			c.n.Add(1)
-			break
-		}
-	}
-	return rs
 }
 
 func openRueidislock(addr string, renewal time.Duration) (locker, error) {

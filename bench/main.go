@@ -155,7 +155,7 @@ func run() error {
 		}
 	}
 	if *command == "" {
-		*command = strings.Join(os.Args, " ")
+		*command = strings.Join(append([]string{"bench"}, os.Args[1:]...), " ")
 	}
 	rep := &report{cfg: cfg, command: *command, env: environment()}
 	start := time.Now()
