@@ -28,7 +28,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 	if err != nil {
 		return nil, err
 	}
-	w := waiter{h: h, req: req, place: h.newPlace(req)}
+	w := waiter{h: h, req: req, hands: h.handsOver(req)}
 	defer w.stop()
 	for round := 0; ; round++ {
 		lockCtx, res, err := w.attemptFirst(ctx, round == 0 && !try)
@@ -118,7 +118,7 @@ func (h *handle) attemptOnce(ctx context.Context, req request, last error) (cont
 // the attempt that follows a new subscription.
 func (w *waiter) attemptFirst(ctx context.Context, first bool) (context.Context, attemptResult, error) {
 	h := w.h
-	if first && w.place != nil {
+	if first && w.hands {
 		switch d, how := h.c.busyHere(h, w.req.owner); how {
 		case heldHere:
 			return nil, attemptResult{ttl: max(d, time.Millisecond)}, nil
@@ -253,7 +253,8 @@ func (h *handle) holdKey(owner string) holdKey { return holdKey{h.kind.key(), h.
 type waiter struct {
 	h        *handle
 	req      request
-	place    *place // nil: the kind does not hand over
+	hands    bool   // the kind hands over: the Lock waits in a place
+	place    *place // made at the first sleep when hands is set
 	sub      *pubsub.Waiter
 	timer    *time.Timer
 	last     error // why the latest attempt failed, when the kind says
@@ -299,7 +300,9 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 	default:
 		wake = w.sub.Wake()
 		if w.place != nil {
+			w.h.c.mu.Lock()
 			w.place.subscribed = true
+			w.h.c.mu.Unlock()
 		}
 	}
 	if g := w.wait(ctx, wake); g.ok {
@@ -355,6 +358,9 @@ func (w *waiter) subscribe(ctx context.Context, channel string) (*pubsub.Waiter,
 // puts it back in the queue: it waits for the unlock message like the
 // waiters of every other process, rather than race them from up close.
 func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
+	if w.hands && w.place == nil {
+		w.place = w.h.newPlace(w.req)
+	}
 	for {
 		var granted <-chan grant
 		if w.place != nil {

@@ -36,10 +36,10 @@ type Client struct {
 
 	mu     sync.Mutex
 	holds  map[holdKey]*hold
-	busy   map[holdKey]*busy // background operations per owner's hold
-	queues map[string]*queue // per lock, waiters a release can hand it to
+	busy   map[holdKey]*busy  // background operations per owner's hold
+	queues map[lockKey]*queue // per lock, waiters a release can hand it to
 	// holders maps a lock that hands over to this Client's hold on it.
-	holders map[string]*hold
+	holders map[lockKey]*hold
 	closed  bool
 }
 
@@ -84,8 +84,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cluster: isCluster(rdb),
 		holds:   map[holdKey]*hold{},
 		busy:    map[holdKey]*busy{},
-		queues:  map[string]*queue{},
-		holders: map[string]*hold{},
+		queues:  map[lockKey]*queue{},
+		holders: map[lockKey]*hold{},
 	}
 	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
 	c.hub.OnError = func(err error) {

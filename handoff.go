@@ -66,15 +66,21 @@ type handoff struct {
 	token         int64 // the waiter's fencing token, when handed
 }
 
-// queueKey names the queue of h's lock.
-func (h *handle) queueKey() string { return h.kind.key() + "\x00" + h.kind.role() }
+// lockKey names a lock of a Client: its key and role (the halves of a
+// read-write lock share a key).
+type lockKey struct{ key, role string }
 
-// newPlace returns a place for a Lock by req on h, or nil when h's kind
-// cannot hand over.
+// queueKey names the queue of h's lock.
+func (h *handle) queueKey() lockKey { return lockKey{h.kind.key(), h.kind.role()} }
+
+// handsOver reports whether a Lock by req on h can be handed the lock.
+func (h *handle) handsOver(req request) bool {
+	_, ok := h.kind.(handoffer)
+	return ok && req.wait
+}
+
+// newPlace returns a place for a Lock by req on h.
 func (h *handle) newPlace(req request) *place {
-	if _, ok := h.kind.(handoffer); !ok || !req.wait {
-		return nil
-	}
 	return &place{req: req, ticket: h.c.tickets.Add(1), grant: make(chan grant, 1)}
 }
 
@@ -127,7 +133,7 @@ func (c *Client) dequeue(h *handle, p *place) (pending bool) {
 }
 
 // unqueue removes p from the queue at key. c.mu must be held.
-func (c *Client) unqueue(key string, p *place) {
+func (c *Client) unqueue(key lockKey, p *place) {
 	q := c.queues[key]
 	q.places = slices.DeleteFunc(q.places, func(a *place) bool { return a == p })
 	p.queued = false

@@ -218,7 +218,7 @@ func (c *Client) lose(hd *hold, err error) {
 // c.mu must be held.
 func (c *Client) drop(hd *hold) {
 	delete(c.holds, hd.holdKey())
-	if qk := hd.kind.key() + "\x00" + hd.kind.role(); c.holders[qk] == hd {
+	if qk := (lockKey{hd.kind.key(), hd.kind.role()}); c.holders[qk] == hd {
 		delete(c.holders, qk)
 	}
 	hd.expiry.Stop()

@@ -63,94 +63,121 @@ func withDeadlineOf(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.WithoutCancel(ctx))
 }
 
-// releaseLast releases the last acquisition of a hold in Redis, in the
-// background under the busy mark b (release), and returns the first
-// outcome or ctx's end, whichever comes first.
+// releaseLast releases the last acquisition of a hold in Redis, under the
+// busy mark b, and returns the first outcome. A release that failed for a
+// reason that may pass goes on in the background (releaseRetry). When ctx
+// has a deadline, the release runs in the background from the start, and
+// releaseLast returns by the deadline.
 func (h *handle) releaseLast(ctx context.Context, acq *acquisition, b *busy) error {
-	first := make(chan error, 1)
-	h.c.spawn(acq.hold.holdKey(), b, func(bg context.Context) { h.release(bg, acq.hold, first) })
-	select {
-	case err := <-first:
-		switch {
-		case errors.Is(err, ErrNotHeld):
-			acq.cancel(fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
-			return fmt.Errorf("%w: %q: Redis no longer had it", ErrNotHeld, h.name)
-		case err != nil && mayPass(err):
+	hd, k := acq.hold, acq.hold.holdKey()
+	var err error
+	if _, ok := ctx.Deadline(); ok {
+		first := make(chan error, 1)
+		h.c.spawn(k, b, func(bg context.Context) {
+			err := h.releaseOnce(bg, hd, true)
+			first <- err
+			h.releaseRetry(bg, hd, err)
+		})
+		select {
+		case err = <-first:
+		case <-ctx.Done():
 			acq.cancel(ErrUnlocked)
-			return fmt.Errorf("dlock: unlock %q: %w (retrying in the background until the lease ends)", h.name, err)
-		case err != nil:
-			acq.cancel(ErrUnlocked)
-			return fmt.Errorf("dlock: unlock %q: %w (the lock expires with its lease)", h.name, err)
+			return fmt.Errorf("dlock: unlock %q: %w (the release goes on in the background)", h.name, context.DeadlineExceeded)
 		}
-		acq.cancel(ErrUnlocked)
-		return nil
-	case <-ctx.Done():
-		acq.cancel(ErrUnlocked)
-		return fmt.Errorf("dlock: unlock %q: %w (the release goes on in the background)", h.name, context.DeadlineExceeded)
+	} else {
+		err = h.releaseOnce(ctx, hd, true)
+		if retrying(err) {
+			h.c.spawn(k, b, func(bg context.Context) { h.releaseRetry(bg, hd, err) })
+		} else {
+			h.c.endBusy(k, b)
+		}
 	}
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		acq.cancel(fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
+		return fmt.Errorf("%w: %q: Redis no longer had it", ErrNotHeld, h.name)
+	case retrying(err):
+		acq.cancel(ErrUnlocked)
+		return fmt.Errorf("dlock: unlock %q: %w (retrying in the background until the lease ends)", h.name, err)
+	case err != nil:
+		acq.cancel(ErrUnlocked)
+		return fmt.Errorf("dlock: unlock %q: %w (the lock expires with its lease)", h.name, err)
+	}
+	acq.cancel(ErrUnlocked)
+	return nil
 }
 
-// release sends the release of hd until Redis answers, trying again after
-// failures that may pass for as long as the hold's lease lasts (after that
-// Redis lets the lock expire by itself). The first outcome goes to first:
-// nil, an error wrapping ErrNotHeld, or the Redis error. Resending is safe:
-// a release that did run before leaves nothing for the next to release.
-func (h *handle) release(ctx context.Context, hd *hold, first chan<- error) {
-	req := request{owner: hd.owner, lease: hd.lease}
+// retrying reports whether a release that failed with err is tried again.
+func retrying(err error) bool {
+	return err != nil && !errors.Is(err, ErrNotHeld) && mayPass(err)
+}
+
+// releaseRetry goes on with a release whose first try failed with err, if
+// retrying says so: it sends the release again until Redis answers, for as
+// long as the hold's lease lasts (after that Redis lets the lock expire by
+// itself), and logs how it ended. Resending is safe: a release that did
+// run leaves nothing for the next to release, and a hold that is gone
+// after a try without an answer was released by that try.
+func (h *handle) releaseRetry(ctx context.Context, hd *hold, err error) {
+	if !retrying(err) {
+		return
+	}
 	h.c.mu.Lock()
 	until := hd.until
 	h.c.mu.Unlock()
-	for try, pause := 1, 50*time.Millisecond; ; try, pause = try+1, min(2*pause, time.Second) {
+	tries := 1
+	for pause := 50 * time.Millisecond; retrying(err); pause = min(2*pause, time.Second) {
+		if time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause) {
+			break
+		}
 		rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		res, err := h.releaseOnce(rctx, req, try == 1)
+		err = h.releaseOnce(rctx, hd, false)
 		cancel()
-		if err == nil && res == notHeld && try == 1 {
-			// (After a try without an answer, which may have run, a
-			// hold that is gone was released by it.)
-			err = ErrNotHeld
-		}
-		if try == 1 {
-			first <- err
-		}
-		done := err == nil || errors.Is(err, ErrNotHeld) || !mayPass(err)
-		if done || time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause) {
-			if try > 1 {
-				h.logRelease(hd, try, err, done)
-			}
-			return
+		tries++
+		if errors.Is(err, ErrNotHeld) {
+			err = nil
 		}
 	}
+	h.logRelease(hd, tries, err)
 }
 
-// releaseOnce sends one release of req.owner's hold. The first try hands
-// the lock over to a waiter of this Client when the kind can (handoff.go).
-func (h *handle) releaseOnce(ctx context.Context, req request, first bool) (releaseResult, error) {
+// releaseOnce sends one release of hd's owner's hold and returns nil, an
+// error wrapping ErrNotHeld, or the Redis error. The first try hands the
+// lock over to a waiter of this Client when the kind can (handoff.go).
+func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
+	req := request{owner: hd.owner, lease: hd.lease}
+	var res releaseResult
+	var err error
 	hand, ok := h.kind.(handoffer)
-	if !ok || !first {
-		return h.kind.release(ctx, req)
+	next, when := (*place)(nil), ""
+	if ok && first {
+		next, when = h.c.nextWaiter(h)
 	}
-	next, when := h.c.nextWaiter(h)
 	if next == nil {
-		return h.kind.release(ctx, req)
+		res, err = h.kind.release(ctx, req)
+	} else {
+		start := time.Now()
+		var ho handoff
+		ho, err = hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
+		h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, token: ho.token, start: start})
+		res = ho.res
 	}
-	start := time.Now()
-	ho, err := hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
-	h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, token: ho.token, start: start})
-	return ho.res, err
+	if err == nil && res == notHeld {
+		return ErrNotHeld
+	}
+	return err
 }
 
 // logRelease reports how a release that failed at first ended.
-func (h *handle) logRelease(hd *hold, tries int, err error, done bool) {
+func (h *handle) logRelease(hd *hold, tries int, err error) {
 	log := h.c.cfg.logger
 	switch {
 	case err == nil:
 		log.Info("dlock: lock released after a retry", "lock", h.name, "owner", hd.owner, "tries", tries)
-	case errors.Is(err, ErrNotHeld):
-		log.Warn("dlock: released after a retry; Redis no longer had the lock", "lock", h.name, "owner", hd.owner, "tries", tries)
-	case done:
-		log.Warn("dlock: release failed; the lock expires with its lease", "lock", h.name, "owner", hd.owner, "tries", tries, "error", err)
-	default:
+	case retrying(err):
 		log.Warn("dlock: release still failing as the lease ends; the lock expires with it", "lock", h.name, "owner", hd.owner, "tries", tries, "error", err)
+	default:
+		log.Warn("dlock: release failed; the lock expires with its lease", "lock", h.name, "owner", hd.owner, "tries", tries, "error", err)
 	}
 }
 

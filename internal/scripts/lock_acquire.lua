@@ -15,12 +15,13 @@
 -- (the Client counts re-entries), so a command re-sent after a lost reply
 -- finds the owner's field and only sets the lease again. Owner names are
 -- unique per lock-context chain, so a field that exists is this chain's.
-local held = redis.call('hexists', KEYS[1], ARGV[2]) == 1
-if not held then
-  if redis.call('exists', KEYS[1]) == 1 then
-    return {0, redis.call('pttl', KEYS[1])}
-  end
+local held = false
+if redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  held = true
+else
+  return {0, redis.call('pttl', KEYS[1])}
 end
 redis.call('pexpire', KEYS[1], ARGV[1])
 return {1, fence(KEYS[2], ARGV[3], held)}

@@ -11,12 +11,10 @@
 --
 -- Returns 1 when the lock was freed, -1 when this owner did not hold it. A
 -- command re-sent after a lost reply finds nothing and returns -1: the
--- Client knows it re-sent the command and reads that as released.
+-- Client knows it re-sent the command and reads that as released. (The
+-- hash has one field, the holder's: HDEL of the last field deletes it.)
 if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
   return -1
-end
-if redis.call('exists', KEYS[1]) == 1 then
-  return 0 -- another owner's field, written by hand: leave it
 end
 redis.call(ARGV[3], KEYS[2], ARGV[1])
 return 1
