@@ -24,7 +24,7 @@ type hold struct {
 	owner    string
 	lease    time.Duration
 	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(kind, lease)
-	watchdog bool          // renewed by the watchdog, rather than a fixed lease
+	watchdog bool          // renewed by the watchdog, rather than a fixed lease (which it checks)
 	acqs     []*acquisition
 	token    int64       // the latest fencing token, 0 if none
 	until    time.Time   // the local deadline
@@ -113,9 +113,7 @@ func (c *Client) register(ctx context.Context, h *handle, req request, token int
 		if _, ok := h.kind.(handoffer); ok {
 			c.holders[h.queueKey()] = hd
 		}
-		if hd.watchdog {
-			c.watchdog.Add(hd)
-		}
+		c.watchdog.Add(hd) // renews a watched hold, checks a fixed lease
 	} else {
 		hd.extend(start) // a re-entry set the lease again
 	}
@@ -222,9 +220,7 @@ func (c *Client) drop(hd *hold) {
 		delete(c.holders, qk)
 	}
 	hd.expiry.Stop()
-	if hd.watchdog {
-		c.watchdog.Remove(hd)
-	}
+	c.watchdog.Remove(hd)
 }
 
 // renewed moves a hold's local deadline after a renewal sent at start.

@@ -2,10 +2,8 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -188,31 +186,4 @@ func (k *writeKind) release(ctx context.Context, r request) (releaseResult, erro
 
 func (k *writeKind) forceRelease(ctx context.Context) (bool, error) {
 	return k.forceReleaseMode(ctx, "write")
-}
-
-// readRenewer renews read holds: each one's hold keys and the lock hash.
-type readRenewer struct{}
-
-func (readRenewer) name() string { return "rwread" }
-
-func (readRenewer) renew(ctx context.Context, c *Client, lease time.Duration, holds []*hold) ([]bool, error) {
-	keys := make([]string, 0, 2*len(holds))
-	args := make([]any, 1, len(holds)+1)
-	args[0] = millis(lease)
-	for _, hd := range holds {
-		keys = append(keys, hd.kind.key(), holdKeyPrefix(hd.kind.key(), hd.owner))
-		args = append(args, hd.owner)
-	}
-	res, err := scripts.RWReadRenew.Run(ctx, c.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(res) != len(holds) {
-		return nil, errors.New("read renewal script answered the wrong number of results")
-	}
-	alive := make([]bool, len(res))
-	for i, r := range res {
-		alive[i] = r == 1
-	}
-	return alive, nil
 }
