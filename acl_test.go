@@ -20,14 +20,14 @@ import (
 // lock's keys with their companions, and the lock channels.
 var minimalACL = []any{
 	"on", ">secret", "resetkeys", "resetchannels",
-	"~app:*", "~{app:*", "~redisson_lock_token:{app:*", "~redisson_unlock_latch:{app:*", "~dlock_lock_latch:{app:*",
+	"~app:*", "~{app:*", "~redisson_lock_token:{app:*", "~redisson_unlock_latch:{app:*",
 	"~redisson_lock__channel:{app:*", "~redisson_rwlock:{app:*", "~redisson_lock_queue:{app:*", "~redisson_lock_timeout:{app:*",
 	"&redisson_lock__channel:{app:*", "&redisson_rwlock:{app:*",
 	"-@all", "+hello", "+ping",
 	"+evalsha", "+eval", "+subscribe", "+unsubscribe",
 	"+exists", "+hget", "+pttl",
 	"+get", "+set", "+del", "+incr", "+pexpire", "+publish", "+time",
-	"+hexists", "+hincrby", "+hset", "+hdel", "+hlen", "+hkeys",
+	"+hexists", "+hset", "+hdel", "+hlen", "+hkeys",
 	"+lindex", "+lrange", "+lpop", "+rpush", "+lrem",
 	"+zadd", "+zrem", "+zscore", "+zrange", "+zincrby",
 }
