@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/watchdog"
@@ -87,7 +88,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		queues:  map[lockKey]*queue{},
 		holders: map[lockKey]*hold{},
 	}
-	c.publish, c.hub = newHub(rdb, cfg.shardedPubSub)
+	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
 	c.hub.OnError = func(err error) {
 		c.cfg.logger.Warn("dlock: subscription refused; waiters wake at the lock's TTL instead", "error", err)
 	}
@@ -162,6 +163,37 @@ func newUUID() (string, error) {
 func isCluster(rdb redis.UniversalClient) bool {
 	_, ok := rdb.(*redis.ClusterClient)
 	return ok
+}
+
+// probeTimeout bounds New's probe of a cluster's sharded pub/sub.
+const probeTimeout = 5 * time.Second
+
+// shardedPubSub reports whether unlock messages use sharded pub/sub on rdb:
+// as WithShardedPubSub says, or else on a cluster what Redisson's
+// shardedSubscriptionMode AUTO picks: sharded if PUBSUB SHARDNUMSUB is
+// answered, classic if Redis refuses it (before Redis 7, or an ACL user
+// without +pubsub). A cluster that cannot be reached gets sharded pub/sub,
+// the choice of every Redis 7 cluster that allows the probe.
+func shardedPubSub(rdb redis.UniversalClient, cfg config) bool {
+	cc, ok := rdb.(*redis.ClusterClient)
+	switch {
+	case !ok:
+		return false
+	case cfg.shardedPubSub != nil:
+		return *cfg.shardedPubSub
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	err := cc.PubSubShardNumSub(ctx).Err()
+	switch {
+	case err == nil:
+		return true
+	case isRedisReply(err):
+		cfg.logger.Info("dlock: PUBSUB SHARDNUMSUB refused; unlock messages use PUBLISH and SUBSCRIBE, as Redisson's AUTO mode does", "error", err)
+		return false
+	}
+	cfg.logger.Warn("dlock: could not probe the cluster for sharded pub/sub; using SPUBLISH and SSUBSCRIBE (set WithShardedPubSub to choose)", "error", err)
+	return true
 }
 
 // newHub returns the publish command for lock scripts and the hub waiters

@@ -35,7 +35,7 @@ type config struct {
 	batchSize       int
 	logger          *slog.Logger
 	replicas        replicaSync // WithReplicaSync; off by default
-	shardedPubSub   bool        // WithShardedPubSub; on by default
+	shardedPubSub   *bool       // WithShardedPubSub; nil: probe the cluster (newHub)
 }
 
 func defaultConfig() config {
@@ -43,7 +43,6 @@ func defaultConfig() config {
 		watchdogTimeout: DefaultWatchdogTimeout,
 		batchSize:       DefaultRenewalBatchSize,
 		logger:          slog.New(slog.DiscardHandler),
-		shardedPubSub:   true,
 	}
 }
 
@@ -92,15 +91,23 @@ func WithReplicaSync(n int, timeout time.Duration) Option {
 }
 
 // WithShardedPubSub chooses how unlock messages travel on a
-// *redis.ClusterClient. On (the default), scripts publish with SPUBLISH and
-// waiters SSUBSCRIBE on the shard that owns the lock's slot (Redis 7+,
-// Redisson's shardedSubscriptionMode AUTO on Redis 7), so a message reaches
-// only that shard's nodes. Off, they use PUBLISH and SUBSCRIBE, which a
-// cluster broadcasts to every node: needed on clusters older than Redis 7,
-// and to interoperate with Redisson configured with shardedSubscriptionMode
-// OFF. Other clients always use PUBLISH and SUBSCRIBE.
+// *redis.ClusterClient. On, scripts publish with SPUBLISH and waiters
+// SSUBSCRIBE on the shard that owns the lock's slot (Redis 7+), so a
+// message reaches only that shard's nodes. Off, they use PUBLISH and
+// SUBSCRIBE, which a cluster broadcasts to every node. The two do not hear
+// each other: every dlock and Redisson client sharing a lock must make the
+// same choice.
+//
+// Without this option New chooses as Redisson's default
+// (shardedSubscriptionMode AUTO) does: it sends PUBSUB SHARDNUMSUB once,
+// and uses sharded pub/sub if the cluster answers, classic pub/sub if it
+// replies with an error (a cluster older than Redis 7, or an ACL user
+// without the pubsub command, +pubsub). If the cluster cannot be reached at
+// all, New picks sharded pub/sub and logs a warning. Set the option when
+// Redisson runs with shardedSubscriptionMode ON or OFF, or to skip the
+// probe. Other clients always use PUBLISH and SUBSCRIBE.
 func WithShardedPubSub(on bool) Option {
-	return func(c *config) { c.shardedPubSub = on }
+	return func(c *config) { c.shardedPubSub = &on }
 }
 
 // LockOption configures one lock handle.
