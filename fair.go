@@ -62,6 +62,18 @@ const (
 	fairDeadlinePrefix = "redisson_lock_timeout"
 )
 
+// A waiter that gives up leaves the queue. dlock's waiters then wake the
+// next one, but Redisson's say nothing (acquireFailed), so dlock waiters
+// look for themselves: the waiter right behind the head checks at least
+// every fairHeadCheck while the lock is held, and any waiter checks at
+// least every fairFreeCheck while the lock is free and another waiter is
+// the head (telling that head again each time). This bounds how long a
+// dlock waiter can sleep on a free lock when a Java head gave up.
+const (
+	fairHeadCheck = time.Second
+	fairFreeCheck = 100 * time.Millisecond
+)
+
 // fairKind holds the Redis names and the wait timeout of one fair lock.
 type fairKind struct {
 	c             *Client
@@ -92,8 +104,9 @@ func (k *fairKind) renewer() renewer            { return hashRenewer{} }
 func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" + owner }
 
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return k.c.acquireScript(ctx, r, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token},
-		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r))
+	return k.c.acquireScript(ctx, r, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
+		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
+		millis(fairHeadCheck), millis(fairFreeCheck))
 }
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {

@@ -3,121 +3,169 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// The lock and unlock scripts exactly as Redisson (RedissonLock,
-// tryLockInnerAsync and unlockInnerAsync) sends them, as the seeds give them.
-var (
-	javaLock = redis.NewScript("if (redis.call('exists', KEYS[1]) == 0) then " +
-		"redis.call('hset', KEYS[1], ARGV[2], 1); " +
-		"redis.call('pexpire', KEYS[1], ARGV[1]); " +
-		"return nil; " +
-		"end; " +
-		"if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then " +
-		"redis.call('hincrby', KEYS[1], ARGV[2], 1); " +
-		"redis.call('pexpire', KEYS[1], ARGV[1]); " +
-		"return nil; " +
-		"end; " +
-		"return redis.call('pttl', KEYS[1]);")
-	javaUnlock = redis.NewScript("if (redis.call('exists', KEYS[1]) == 0) then " +
-		"redis.call('publish', KEYS[2], ARGV[1]); " +
-		"return 1; " +
-		"end;" +
-		"if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then " +
-		"return nil;" +
-		"end; " +
-		"local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); " +
-		"if (counter > 0) then " +
-		"redis.call('pexpire', KEYS[1], ARGV[2]); " +
-		"return 0; " +
-		"else " +
-		"redis.call('del', KEYS[1]); " +
-		"redis.call('publish', KEYS[2], ARGV[1]); " +
-		"return 1; " +
-		"end; " +
-		"return nil;")
-)
-
-// javaClient plays a Redisson client with thread id 1.
-type javaClient struct {
-	rdb   *redis.Client
-	name  string
-	owner string
+// held is what a waiter started by a wake-up test reports: when it got
+// the lock and how to give it back.
+type held struct {
+	at     time.Time
+	unlock func()
+	err    error
 }
 
-func (j javaClient) lock(ctx context.Context) (acquired bool, pttl int64, err error) {
-	pttl, err = javaLock.Run(ctx, j.rdb, []string{j.name}, 30000, j.owner).Int64()
-	if errors.Is(err, redis.Nil) {
-		return true, 0, nil
+// goWaiter starts a dlock Lock on l and reports on the channel.
+func goWaiter(ctx context.Context, l interface {
+	Lock(context.Context) (context.Context, error)
+	Unlock(context.Context) error
+}) <-chan held {
+	got := make(chan held, 1)
+	go func() {
+		lc, err := l.Lock(ctx)
+		got <- held{at: time.Now(), err: err, unlock: func() { _ = l.Unlock(lc) }}
+	}()
+	return got
+}
+
+// javaLockWaiter starts thread tid of l in lock() and reports on the channel;
+// ready is closed once the thread is subscribed.
+func javaLockWaiter(ctx context.Context, l *javaLock, tid int) (<-chan held, <-chan struct{}) {
+	got := make(chan held, 1)
+	ready := make(chan struct{})
+	go func() {
+		_, err := l.tryLock(ctx, tid, -1, func() { close(ready) })
+		got <- held{at: time.Now(), err: err, unlock: func() { _, _ = l.unlock(ctx, tid) }}
+	}()
+	return got, ready
+}
+
+// timeWakeUp releases the lock once the waiter sleeps on it (waitReady
+// returned) and returns how long after the release began the waiter held
+// it. The waiter then gives it back.
+func timeWakeUp(t *testing.T, got <-chan held, waitReady func(), release func()) time.Duration {
+	t.Helper()
+	waitReady()
+	select {
+	case h := <-got:
+		t.Fatalf("the waiter got the lock while it was held (%v)", h.err)
+	default:
 	}
-	return false, pttl, err
+	start := time.Now()
+	release()
+	select {
+	case h := <-got:
+		if h.err != nil {
+			t.Fatal(h.err)
+		}
+		h.unlock()
+		return h.at.Sub(start)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not woken by the release")
+	}
+	return 0
 }
 
-func (j javaClient) unlock(ctx context.Context) error {
-	return javaUnlock.Run(ctx, j.rdb, []string{j.name, "redisson_lock__channel:{" + j.name + "}"},
-		0, 30000, j.owner).Err()
-}
+// wakeUpMedian is the median wake-up the interop tests accept: a message
+// and one attempt, with room for a loaded machine. A lost message would
+// cost the holder's 30 s lease.
+const wakeUpMedian = 250 * time.Millisecond
 
-func TestRedissonInterop(t *testing.T) {
+// TestRedissonLockContention: Redisson clients (lock(), watchdog, unlock
+// with its latch) and dlock Clients take one Mutex in turns, some holding
+// it past both sides' lease so that only renewal keeps it: every critical
+// section runs alone.
+func TestRedissonLockContention(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
-	java := javaClient{rdb: newRedis(t), name: name, owner: "5f0b1c2e-8d3a-4e8b-9a51-3c1d2e4f5a6b:1"}
+	const rounds = 12
+	var s section
+	var wg sync.WaitGroup
+	for j := range 2 {
+		jl := newJVM(t, 900*time.Millisecond).lock(javaRLock, name)
+		for tid := 1; tid <= 2; tid++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range rounds {
+					stop, err := jl.lockWithWatchdog(ctx, tid, nil)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					s.run(pause(j == 0 && tid == 1 && i == 3))
+					jl.release(t, ctx, tid, stop)
+				}
+			}()
+		}
+	}
+	for g := range 2 {
+		m := mustMutex(t, newClient(t, nil, WithWatchdogTimeout(900*time.Millisecond)), name)
+		for k := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range rounds {
+					l, err := m.Lock(ctx)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					s.run(pause(g == 0 && k == 0 && i == 5))
+					if err := m.Unlock(l); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	s.check(t, 8*rounds)
+}
+
+// pause is a critical section's length: long ones outlast the 900 ms
+// leases of the contention tests.
+func pause(long bool) time.Duration {
+	if long {
+		return 1500 * time.Millisecond
+	}
+	return 200 * time.Microsecond
+}
+
+// TestRedissonLockWakeUp: a Redisson unlock wakes a dlock waiter at once,
+// and a dlock unlock a Redisson waiter; neither waits for the lease.
+func TestRedissonLockWakeUp(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	jl := newJVM(t, 30*time.Second).lock(javaRLock, name)
 	gc := newClient(t, nil)
 	m := mustMutex(t, gc, name)
+	var toGo, toJava latencies
+	for range 5 {
+		if ok, _, err := jl.attempt(ctx, 1, jl.jvm.lease, 0); !ok || err != nil {
+			t.Fatalf("java lock: %v %v", ok, err)
+		}
+		if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+			t.Fatalf("dlock TryLock while Java holds: %v", err)
+		}
+		toGo.add(timeWakeUp(t, goWaiter(ctx, m), func() { waitForWaiter(t, gc, name) }, func() {
+			if n, err := jl.unlock(ctx, 1); n != 1 || err != nil {
+				t.Errorf("java unlock: %d %v", n, err)
+			}
+		}))
 
-	// Java holds: Go can neither try nor wait its way in.
-	if ok, _, err := java.lock(ctx); !ok || err != nil {
-		t.Fatalf("java lock: %v %v", ok, err)
+		l := mustLock(t, ctx, m)
+		if ok, pttl, err := jl.attempt(ctx, 2, jl.jvm.lease, 0); ok || err != nil || pttl <= 0 {
+			t.Fatalf("java lock while dlock holds: %v %d %v", ok, pttl, err)
+		}
+		got, ready := javaLockWaiter(ctx, jl, 2)
+		toJava.add(timeWakeUp(t, got, func() { <-ready }, func() {
+			if err := m.Unlock(l); err != nil {
+				t.Error(err)
+			}
+		}))
 	}
-	if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
-		t.Fatalf("Go TryLock while Java holds: %v", err)
-	}
-	// A Go waiter is woken by the Java unlock's message.
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := m.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-			close(got)
-			return
-		}
-		got <- time.Now()
-		if ok, pttl, err := java.lock(ctx); ok || err != nil || pttl <= 0 {
-			t.Errorf("Java lock while Go holds: acquired %v, pttl %d, %v", ok, pttl, err)
-		}
-		if n, _ := m.HoldCount(l); n != 1 {
-			t.Errorf("Go hold count %d", n)
-		}
-		_ = m.Unlock(l)
-	}()
-	waitForWaiter(t, gc, name)
-	unlocked := time.Now()
-	if err := java.unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case at, ok := <-got:
-		if !ok {
-			t.FailNow()
-		}
-		t.Logf("Go waiter acquired %v after the Java unlock", at.Sub(unlocked))
-		if at.Sub(unlocked) > time.Second {
-			t.Errorf("Go waiter woke %v after the Java unlock, not at once", at.Sub(unlocked))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Go waiter not woken by the Java unlock")
-	}
-	eventually(t, 5*time.Second, func() error {
-		if ok, _, err := java.lock(ctx); !ok || err != nil {
-			return errors.New("Java could not take the lock after Go released it")
-		}
-		return nil
-	})
-	if err := java.unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	toGo.check(t, "Java unlock -> dlock waiter", wakeUpMedian)
+	toJava.check(t, "dlock unlock -> Java waiter", wakeUpMedian)
 }

@@ -111,11 +111,19 @@ func newRWNames(c *Client, name string) rwNames {
 func (n rwNames) key() string           { return n.name }
 func (n rwNames) channel(string) string { return n.channelName }
 
-// forceReleaseMode deletes the lock if it is held in mode.
-func (n rwNames) forceReleaseMode(ctx context.Context, mode string) (bool, error) {
+// forceReleaseMode deletes the lock if it is held in mode, publishing
+// Redisson's message for that mode: unlockMessage (wake one) after a read
+// lock, whose only waiters are writers, readUnlockMessage (wake all) after
+// a write lock.
+func (n rwNames) forceReleaseMode(ctx context.Context, mode, message string) (bool, error) {
 	keys := []string{n.name, n.channelName, releaseLatch(n.name, n.c.newRequest())}
-	return n.c.forceScript(ctx, scripts.RWForceRelease, keys, mode, readUnlockMessage, n.c.publish)
+	return n.c.forceScript(ctx, scripts.RWForceRelease, keys, mode, message, n.c.publish)
 }
+
+// downgradePoll bounds a reader's sleep while the writer holding the lock
+// also holds read locks: when that writer is a Redisson client, its write
+// unlock leaves the lock to readers without a message.
+const downgradePoll = 250 * time.Millisecond
 
 // hashTag is the part of the lock's companion keys that puts them in its
 // cluster slot: "{name}", or the name itself when it has a tag already.
@@ -144,7 +152,7 @@ func (k *readKind) renewer() renewer          { return readRenewer{} }
 
 func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	return k.c.acquireScript(ctx, r, scripts.RWReadAcquire, []string{k.name, holdKeyPrefix(k.name, r.owner), k.token},
-		millis(r.lease), r.owner, writeField(r.owner), fenceArg(r))
+		millis(r.lease), r.owner, writeField(r.owner), fenceArg(r), millis(downgradePoll))
 }
 
 func (k *readKind) release(ctx context.Context, r request) (releaseResult, error) {
@@ -153,7 +161,7 @@ func (k *readKind) release(ctx context.Context, r request) (releaseResult, error
 }
 
 func (k *readKind) forceRelease(ctx context.Context) (bool, error) {
-	return k.forceReleaseMode(ctx, "read")
+	return k.forceReleaseMode(ctx, "read", unlockMessage)
 }
 
 // writeKind is the write half of a read-write lock.
@@ -185,5 +193,5 @@ func (k *writeKind) release(ctx context.Context, r request) (releaseResult, erro
 }
 
 func (k *writeKind) forceRelease(ctx context.Context) (bool, error) {
-	return k.forceReleaseMode(ctx, "write")
+	return k.forceReleaseMode(ctx, "write", readUnlockMessage)
 }

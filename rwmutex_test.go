@@ -377,13 +377,13 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	c := newClient(t, nil, WithWatchdogTimeout(timeout))
 	rw := mustRW(t, c, name)
-	java := javaRW{rdb: newRedis(t), name: name, owner: "5f0b1c2e-8d3a-4e8b-9a51-3c1d2e4f5a6b:7"}
-	if ok, _, err := java.readLock(ctx, 400); !ok || err != nil {
+	java := newJVM(t, 400*time.Millisecond).lock(javaReadLock, name)
+	if ok, _, err := java.attempt(ctx, 7, 400*time.Millisecond, 0); !ok || err != nil {
 		t.Fatalf("java read lock: %v %v", ok, err)
 	}
 	rl := mustLock(t, ctx, rw.ReadLock())
 	owner, _ := ownerFrom(rl, c)
-	javaHold := holdKeyPrefix(name, java.owner) + ":1"
+	javaHold := holdKeyPrefix(name, java.owner(7)) + ":1"
 	goHold := holdKeyPrefix(name, owner) + ":1"
 	eventually(t, 5*time.Second, func() error {
 		if n := c.rdb.Exists(ctx, javaHold).Val(); n != 0 {

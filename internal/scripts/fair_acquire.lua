@@ -5,6 +5,7 @@
 -- KEYS[2]  the waiting queue (redisson_lock_queue:{name})
 -- KEYS[3]  the waiters' deadlines (redisson_lock_timeout:{name})
 -- KEYS[4]  the fencing token counter (redisson_lock_token:{name})
+-- KEYS[5]  the waiters' channel prefix (redisson_lock__channel:{name})
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner, <clientUUID>:<n>
 -- ARGV[3]  fair wait timeout in milliseconds
@@ -12,6 +13,12 @@
 --          (TryLock)
 -- ARGV[5]  fencing: "-1" none; "0" a first acquisition; T > 0 a re-entry
 --          whose previous token was T (see fence in fence.lua)
+-- ARGV[6]  message that wakes a waiter ("0")
+-- ARGV[7]  publish command: "publish" or "spublish"
+-- ARGV[8]  longest sleep, in ms, of the waiter right behind the head
+--          while the lock is held (see the end)
+-- ARGV[9]  longest sleep, in ms, while the lock is free and another
+--          waiter is the head
 --
 -- Returns {1, token} when the owner holds the lock now (token 0 when not
 -- fenced), {0, ms} when not: how long to sleep before trying again unless
@@ -38,10 +45,14 @@ if redis.call('exists', KEYS[1]) == 0 then
   if head == owner then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], owner)
-    -- Everyone moves up one place.
+    -- Everyone moves up one place (Redisson's rule) ...
     for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
       redis.call('zincrby', KEYS[3], -wait, w)
     end
+    -- ... but no further than the new hold allows: waiters that joined
+    -- with a shorter wait (a Java tryLock's waitTime) must not go stale
+    -- while the lock they wait for is held.
+    keepAlive(KEYS[2], KEYS[3], now + lease + wait)
     return grant(false)
   end
 elseif redis.call('hexists', KEYS[1], owner) == 1 then
@@ -53,6 +64,10 @@ if ARGV[4] ~= '1' then
   return {0, held}
 end
 
+local locked = redis.call('exists', KEYS[1]) == 1
+if locked then
+  keepAlive(KEYS[2], KEYS[3], now + held + wait)
+end
 local deadline = redis.call('zscore', KEYS[3], owner)
 if not deadline then
   -- Join at the tail: one wait after the last waiter's deadline, and at
@@ -65,6 +80,7 @@ if not deadline then
       base = math.max(base, tonumber(d))
     end
   end
+  redis.call('lrem', KEYS[2], 0, owner) -- in the list only: join whole
   redis.call('zadd', KEYS[3], base + wait, owner)
   redis.call('rpush', KEYS[2], owner)
 else
@@ -85,19 +101,29 @@ else
   end
 end
 
--- Sleep until the holder's lease runs out, or, when the lock is free but
--- another waiter is ahead, until that head's deadline (it is about to take
--- the lock, or it is dead and will be skipped then). A waiter tries at
--- least every half wait, which keeps its deadline ahead, and at least once
--- per lease, in case the head took the lock and died holding it.
+-- How long to sleep. While the lock is held: until the holder's lease
+-- runs out (its release wakes the head). The waiter right behind the head
+-- sleeps at most ARGV[8]: a Redisson head that gives up (tryLock's
+-- waitTime ran out) leaves the queue without a word, and if the lock was
+-- freed meanwhile, the new head would sleep out the old lease. While the
+-- lock is free and another waiter is the head: that head is told again
+-- (it may be a Java thread that missed its message, or gone), and the
+-- caller looks again within ARGV[9], and by the head's deadline, when it
+-- is skipped. A waiter tries at least every half wait, which keeps its
+-- deadline ahead, and at least once per lease, in case the head took the
+-- lock and died holding it.
 local ttl
-if redis.call('exists', KEYS[1]) == 1 then
+if locked then
   ttl = redis.call('pttl', KEYS[1])
   if ttl < 0 then
     ttl = wait
   end
+  if redis.call('lindex', KEYS[2], 1) == owner then
+    ttl = math.min(ttl, tonumber(ARGV[8]))
+  end
 else
   local head = redis.call('lindex', KEYS[2], 0)
-  ttl = math.min(tonumber(redis.call('zscore', KEYS[3], head)) - now, lease)
+  wakeHead(KEYS[2], KEYS[3], KEYS[5], now, wait, ARGV[6], ARGV[7])
+  ttl = math.min(tonumber(redis.call('zscore', KEYS[3], head)) - now, lease, tonumber(ARGV[9]))
 end
 return {0, math.max(1, math.min(ttl, math.floor(wait / 2)))}

@@ -43,6 +43,31 @@ local function purge(lock, queue, deadlines, now, caller)
   end
 end
 
+-- keepAlive moves every waiter's deadline forward, keeping their distances,
+-- so that the head's is at least floor. It runs while the lock is held:
+-- nobody in the queue can take it before it is freed, so every waiter
+-- counts as alive until then. Redisson's scripts drop a head whose
+-- deadline has passed even while the lock is held, on the Java client's
+-- clock, and its tryLock(waitTime) waiters join and move up by their own
+-- waitTime; without this, a live Java waiter would drop itself and join
+-- again at the tail, behind dlock waiters that came after it.
+local function keepAlive(queue, deadlines, floor)
+  local waiters = redis.call('lrange', queue, 0, -1)
+  if #waiters == 0 then
+    return
+  end
+  local first = redis.call('zscore', deadlines, waiters[1])
+  local push = floor - tonumber(first or floor)
+  if push <= 0 then
+    return
+  end
+  for _, w in ipairs(waiters) do
+    if redis.call('zscore', deadlines, w) then
+      redis.call('zincrby', deadlines, push, w)
+    end
+  end
+end
+
 -- wakeHead tells the head waiter, on its own channel, that the lock is free,
 -- and gives it at most wait ms from now to take it: a head that died holds
 -- the queue up for no longer than that after an unlock.

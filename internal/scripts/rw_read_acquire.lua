@@ -10,9 +10,15 @@
 -- ARGV[3]  owner's write field (<owner>:write)
 -- ARGV[4]  fencing: "-1" none, anything else a new token (readers share
 --          the lock, so every read acquisition takes one)
+-- ARGV[5]  longest sleep, in milliseconds, while the writer also holds
+--          read locks (see below)
 --
--- Returns {1, token} when the owner holds a read lock now, {0, pttl} when
--- a writer holds the lock. Running it twice is harmless: a dlock owner has
+-- Returns {1, token} when the owner holds a read lock now, {0, ms} when
+-- a writer holds the lock: how long to sleep unless woken, the lock's pttl,
+-- or at most ARGV[5] while the writer also holds read locks. Such a writer
+-- downgrades when it releases its write lock, and readers may enter then;
+-- Redisson's write unlock says nothing in that case, so a reader polls
+-- rather than sleep out the lock's lease. Running it twice is harmless: a dlock owner has
 -- one read hold in Redis (the Client counts re-entries), whose lease a
 -- re-sent command only sets again.
 local lease = tonumber(ARGV[1])
@@ -41,4 +47,17 @@ if mode == 'read'
   end
   return {1, token}
 end
-return {0, redis.call('pttl', KEYS[1])}
+local ttl = redis.call('pttl', KEYS[1])
+if mode == 'write' then
+  for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+    local reader = string.match(field, '^(.*):write$')
+    if reader and redis.call('hexists', KEYS[1], reader) == 1 then
+      local poll = tonumber(ARGV[5])
+      if ttl < 0 or ttl > poll then
+        ttl = poll
+      end
+      break
+    end
+  end
+end
+return {0, ttl}
