@@ -242,7 +242,7 @@ return 1;`)
 
 	// KEYS: lock. ARGV: lease, owner:write. Re-entry adds the lease to
 	// the remaining TTL.
-	javaWriteAcquire = redis.NewScript(`
+	javaWriteLockAcquire = redis.NewScript(`
 local mode = redis.call('hget', KEYS[1], 'mode');
 if (mode == false) then
   redis.call('hset', KEYS[1], 'mode', 'write');
@@ -431,7 +431,7 @@ func (l *javaLock) attempt(ctx context.Context, tid int, lease, wait time.Durati
 	case javaReadLock:
 		cmd = javaReadAcquire.Run(ctx, rdb, []string{l.name, l.timeoutPrefix(tid)}, lease.Milliseconds(), l.owner(tid), l.owner(tid)+":write")
 	case javaWriteLock:
-		cmd = javaWriteAcquire.Run(ctx, rdb, []string{l.name}, lease.Milliseconds(), l.field(tid))
+		cmd = javaWriteLockAcquire.Run(ctx, rdb, []string{l.name}, lease.Milliseconds(), l.field(tid))
 	}
 	ttl, err := cmd.Int64()
 	if errors.Is(err, redis.Nil) {
