@@ -217,18 +217,22 @@ func wait(ctx context.Context, c *Client, channel string, extra <-chan struct{},
 			d = syncPoll
 		}
 		timer.Reset(d)
-		var wake <-chan struct{}
+		var wake <-chan struct{} // nil: only the timer (and extra) wake
 		if w == nil {
 			if w, err = c.hub.Subscribe(ctx, channel); err != nil {
+				w = nil
 				if err := doneErr(ctx); err != nil {
 					return fmt.Errorf("%w: %w", errGaveUp, err)
 				}
 				if errors.Is(err, pubsub.ErrClosed) {
 					return ErrClosed
 				}
-				return fmt.Errorf("subscribe %s: %w", channel, err)
+				// The subscription connection broke (or Redis refused):
+				// poll this round and subscribe again at the next.
+				c.cfg.logger.Warn("dlock: subscribing failed; polling meanwhile", "channel", channel, "error", err)
+			} else {
+				wake = w.Ready()
 			}
-			wake = w.Ready()
 		} else {
 			wake = w.Wake()
 		}

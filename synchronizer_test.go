@@ -442,3 +442,40 @@ func TestSynchronizersMinimalACL(t *testing.T) {
 		admin.Del(ctx, k)
 	}
 }
+
+// TestSynchronizersRefusedSubscription: a user who may publish on the
+// channels (from the scripts) but not SUBSCRIBE gets NOPERM for its
+// subscription; its waiters fall back to the poll and still get their
+// permit.
+func TestSynchronizersRefusedSubscription(t *testing.T) {
+	ctx := context.Background()
+	admin := newRedis(t)
+	user := "dlock-acl-nosub"
+	acl := slices.DeleteFunc(slices.Clone(syncACL), func(a any) bool { return a == "+subscribe" || a == "+unsubscribe" })
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, acl...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(ctx, "ACL", "DELUSER", user) })
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer rdb.Close()
+	c := newClient(t, rdb)
+	name := "app:" + lockName(t)
+	s := mustSemaphore(t, c, name)
+	done := make(chan error, 1)
+	go func() { done <- s.Acquire(ctx, 1) }()
+	waitForSyncWaiters(t, c, s.channel, 1)
+	released := time.Now()
+	if err := s.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("waiter without a subscription got the permit %v after the release (poll %v)", time.Since(released), syncPoll)
+	case <-time.After(syncPoll + 5*time.Second):
+		t.Fatal("waiter without a subscription never got the permit")
+	}
+	admin.Del(ctx, name)
+}

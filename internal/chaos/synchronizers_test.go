@@ -211,6 +211,9 @@ func runSemaphoreScenario(t *testing.T, scenario string, o semOptions, args []st
 				if err != nil {
 					mu.Lock()
 					errs++
+					if errs <= 3 {
+						t.Logf("acquire: %v", err)
+					}
 					give := errs > 10000
 					mu.Unlock()
 					if give {
