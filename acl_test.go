@@ -102,7 +102,7 @@ func TestMinimalACL(t *testing.T) {
 		if err := l.Unlock(held); err != nil {
 			t.Fatalf("%s: %v", l.Name(), err)
 		}
-		if err := <-got; err != nil {
+		if err := recv(t, got, 10*time.Second, l.Name()+" waiter"); err != nil {
 			t.Fatalf("%s waiter: %v", l.Name(), err)
 		}
 	}

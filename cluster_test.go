@@ -268,7 +268,7 @@ func TestClusterWaitDuringMigration(t *testing.T) {
 	}
 	finished = true
 	ended := time.Now()
-	if err := <-unlocked; err != nil {
+	if err := recv(t, unlocked, 10*time.Second, "unlock across the migration"); err != nil {
 		t.Fatalf("unlock across the migration: %v", err)
 	}
 	lC := await(t, gotC, 10*time.Second, "lock across the migration")

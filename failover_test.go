@@ -408,13 +408,7 @@ func TestRestartUnderWaiter(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	gotW := lockAsync(wctx, mW)
-	eventually(t, 10*time.Second, func() error {
-		if n := waiter.hub.Waiters(prefixName(channelPrefix, name)); n != 1 {
-			return fmt.Errorf("%d waiters", n)
-		}
-		return nil
-	})
-	time.Sleep(100 * time.Millisecond) // let the SUBSCRIBE be confirmed
+	waitForWaiter(t, waiter, name) // subscribed, as Redis confirms
 
 	restarted := time.Now()
 	if err := srv.Restart(); err != nil {

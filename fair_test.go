@@ -123,18 +123,10 @@ func fairNotices(t *testing.T, name string) func() []string {
 
 // fairWaiter starts a Lock on m in a goroutine and waits until it is the
 // n-th owner in the queue. It returns the owner and a channel that gets the
-// lock context (or nil after an error, reported to t).
-func fairWaiter(t *testing.T, ctx context.Context, m *FairMutex, n int) (string, <-chan context.Context) {
+// Lock's result (await).
+func fairWaiter(t *testing.T, ctx context.Context, m *FairMutex, n int) (string, <-chan lockResult) {
 	t.Helper()
-	got := make(chan context.Context, 1)
-	go func() {
-		l, err := m.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-			l = nil
-		}
-		got <- l
-	}()
+	got := lockAsync(ctx, m)
 	q := waitForQueue(t, m.c.rdb, m.Name(), n)
 	return q[n-1], got
 }
@@ -165,10 +157,17 @@ func TestFairGrantOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l := <-lc
-			if l == nil {
+			var r lockResult
+			select {
+			case r = <-lc:
+			case <-time.After(10 * time.Second):
+				r.err = errors.New("not granted within 10s")
+			}
+			if r.err != nil {
+				t.Errorf("waiter %d: %v", i, r.err)
 				return
 			}
+			l := r.lctx
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
@@ -267,7 +266,11 @@ func TestFairDeadWaiterSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case l := <-got:
+	case r := <-got:
+		l := r.lctx
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
 		d := time.Since(unlocked)
 		t.Logf("live waiter acquired %v after the unlock (fair wait timeout %v)", d, wait)
 		if d < wait*4/5 {
@@ -317,10 +320,7 @@ func TestFairLiveWaitersKeepPlace(t *testing.T) {
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
-	l1 := <-got1
-	if l1 == nil {
-		t.FailNow()
-	}
+	l1 := await(t, got1, 10*time.Second, "first waiter")
 	if woken := notices(); !slices.Equal(woken, []string{o1}) {
 		t.Errorf("the unlock woke %v, want the first waiter %s", woken, o1)
 	}
@@ -332,10 +332,8 @@ func TestFairLiveWaitersKeepPlace(t *testing.T) {
 	if err := w1.Unlock(l1); err != nil {
 		t.Fatal(err)
 	}
-	if l2 := <-got2; l2 != nil {
-		if err := w2.Unlock(l2); err != nil {
-			t.Fatal(err)
-		}
+	if err := w2.Unlock(await(t, got2, 10*time.Second, "second waiter")); err != nil {
+		t.Fatal(err)
 	}
 	if woken := notices(); !slices.Equal(woken, []string{o2}) {
 		t.Errorf("the second unlock woke %v, want %s", woken, o2)
@@ -368,7 +366,7 @@ func TestFairCancelledWaiterLeaves(t *testing.T) {
 	before, _ := fairDeadline(t, c.rdb, name, o3)
 
 	cancel()
-	if err := <-errc; !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
+	if err := recv(t, errc, 5*time.Second, "cancelled Lock"); !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v", err)
 	}
 	if q := fairQueue(t, c.rdb, name); !slices.Equal(q, []string{o1, o3}) {
@@ -385,11 +383,9 @@ func TestFairCancelledWaiterLeaves(t *testing.T) {
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
-	for _, got := range []<-chan context.Context{got1, got3} {
-		if l := <-got; l != nil {
-			if err := m.Unlock(l); err != nil {
-				t.Error(err)
-			}
+	for _, got := range []<-chan lockResult{got1, got3} {
+		if err := m.Unlock(await(t, got, 10*time.Second, "waiter")); err != nil {
+			t.Error(err)
 		}
 	}
 }
@@ -420,10 +416,13 @@ func TestFairAbandonWakesNextHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case l := <-got:
+	case r := <-got:
 		t.Logf("next waiter acquired %v after the head left", time.Since(left))
-		if l != nil {
-			_ = next.Unlock(l)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := next.Unlock(r.lctx); err != nil {
+			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("next waiter not woken when the head left the queue")
@@ -451,7 +450,7 @@ func TestFairCloseLeavesQueue(t *testing.T) {
 	if err := wc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, ErrClosed) {
+	if err := recv(t, errc, 5*time.Second, "waiting Lock after Close"); !errors.Is(err, ErrClosed) {
 		t.Errorf("waiting Lock: %v, want ErrClosed", err)
 	}
 	if q := fairQueue(t, c.rdb, name); len(q) != 0 {
@@ -484,10 +483,8 @@ func TestFairReentrancy(t *testing.T) {
 	if err := m.Unlock(l1); err != nil {
 		t.Fatal(err)
 	}
-	if l := <-got; l != nil {
-		if err := other.Unlock(l); err != nil {
-			t.Fatal(err)
-		}
+	if err := other.Unlock(await(t, got, 10*time.Second, "waiter")); err != nil {
+		t.Fatal(err)
 	}
 	if err := m.Unlock(l1); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("extra Unlock: %v, want ErrNotHeld", err)
@@ -497,32 +494,26 @@ func TestFairReentrancy(t *testing.T) {
 	}
 }
 
-// TestFairLostNotice: the waiter's pub/sub connection is killed before the
-// unlock is published; it must still acquire long before the holder's 30 s
-// lease would run out.
+// TestFairLostNotice: the waiter's pub/sub connection is killed and cannot
+// come back before the unlock is published, so the message is lost; the
+// resubscription must wake the waiter long before the holder's 30 s lease
+// would run out.
 func TestFairLostNotice(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	name := lockName(t)
 	noChannelsLeft(t, name)
 	holder := mustFair(t, newClient(t, nil), name)
-	wc := newClient(t, nil)
+	var g dialGate
+	wc := gatedClient(t, &g)
 	waiter := mustFair(t, wc, name)
 	held := mustLock(t, ctx, holder)
 	owner, got := fairWaiter(t, ctx, waiter, 1)
-	waitForSubscriber(t, wc, waiter.kind.channel(owner))
-	if err := wc.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+	ch := waiter.kind.channel(owner)
+	waitForSubscriber(t, wc, ch)
+	missNotice(t, wc, &g, ch, func() error { return holder.Unlock(held) })
+	l := await(t, got, 10*time.Second, "waiter after missing the unlock message")
+	if err := waiter.Unlock(l); err != nil {
 		t.Fatal(err)
-	}
-	if err := holder.Unlock(held); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case l := <-got:
-		if l != nil {
-			_ = waiter.Unlock(l)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter did not acquire after its pub/sub connection was killed")
 	}
 }
 
@@ -555,19 +546,11 @@ func TestFairLeaseAndWatchdog(t *testing.T) {
 	l := mustLock(t, ctx, leased)
 	waiter := mustFair(t, c, name)
 	_, got := fairWaiter(t, ctx, waiter, 1)
-	<-l.Done()
+	awaitDone(t, l, 5*time.Second, "lock context at the end of its lease")
 	if !errors.Is(context.Cause(l), ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
 	}
-	var wl context.Context
-	select {
-	case wl = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiter did not get the lock after the lease ran out")
-	}
-	if wl == nil {
-		t.FailNow()
-	}
+	wl := await(t, got, 5*time.Second, "waiter after the lease ran out")
 	// The waiter holds without a lease: the watchdog renews it.
 	for end := time.Now().Add(4 * timeout); time.Now().Before(end); time.Sleep(timeout / 10) {
 		if wl.Err() != nil {
@@ -600,10 +583,7 @@ func TestFairFencing(t *testing.T) {
 		_, got := fairWaiter(t, ctx, b, 1) // a queued grant too
 		_ = a.Unlock(la2)
 		_ = a.Unlock(la)
-		lb := <-got
-		if lb == nil {
-			t.FailNow()
-		}
+		lb := await(t, got, 10*time.Second, "queued waiter")
 		next(lb)
 		_ = b.Unlock(lb)
 	}
@@ -624,14 +604,17 @@ func TestFairForceUnlockWakesHead(t *testing.T) {
 		t.Fatalf("ForceUnlock = %v, %v", ok, err)
 	}
 	select {
-	case wl := <-got:
-		if wl != nil {
-			_ = waiter.Unlock(wl)
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := waiter.Unlock(r.lctx); err != nil {
+			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("head waiter not woken by ForceUnlock")
 	}
-	<-l.Done()
+	awaitDone(t, l, 5*time.Second, "old holder told by the watchdog")
 	if !errors.Is(context.Cause(l), ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
 	}

@@ -133,7 +133,7 @@ func TestMultiLockReleasesBetweenRounds(t *testing.T) {
 	if err := a.Unlock(heldA); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	r := recv(t, done, 10*time.Second, "the MultiLock's Lock")
 	if r.err != nil {
 		t.Fatalf("Lock: %v", r.err)
 	}

@@ -27,8 +27,8 @@ func TestReentrancy(t *testing.T) {
 			t.Fatalf("HoldCount = %d, %v; want 3", n, err)
 		}
 	}
-	if n, _ := m.HoldCount(ctx); n != 0 {
-		t.Errorf("HoldCount without owner = %d, want 0", n)
+	if n, err := m.HoldCount(ctx); n != 0 || err != nil {
+		t.Errorf("HoldCount without owner = %d, %v; want 0", n, err)
 	}
 	for i, l := range []context.Context{l3, l2} {
 		if err := m.Unlock(l); err != nil {
@@ -37,20 +37,20 @@ func TestReentrancy(t *testing.T) {
 		if l.Err() == nil || !errors.Is(context.Cause(l), ErrUnlocked) {
 			t.Errorf("lock context %d not ended with ErrUnlocked: %v", i, context.Cause(l))
 		}
-		if locked, _ := m.IsLocked(ctx); !locked {
+		if !isLocked(t, m) {
 			t.Fatal("lock freed before the last Unlock")
 		}
 	}
 	if l1.Err() != nil {
 		t.Fatal("outer lock context ended before its Unlock")
 	}
-	if n, _ := m.HoldCount(l1); n != 1 {
-		t.Errorf("HoldCount = %d, want 1", n)
+	if n, err := m.HoldCount(l1); n != 1 || err != nil {
+		t.Errorf("HoldCount = %d, %v; want 1", n, err)
 	}
 	if err := m.Unlock(l1); err != nil {
 		t.Fatal(err)
 	}
-	if locked, _ := m.IsLocked(ctx); locked {
+	if isLocked(t, m) {
 		t.Error("still locked after the last Unlock")
 	}
 	if err := m.Unlock(l1); !errors.Is(err, ErrNotHeld) {
@@ -79,7 +79,7 @@ func TestSharedHandleExcludes(t *testing.T) {
 		errc <- err
 	}()
 	for range 2 {
-		if err := <-errc; !errors.Is(err, ErrNotObtained) {
+		if err := recv(t, errc, 5*time.Second, "second goroutine"); !errors.Is(err, ErrNotObtained) {
 			t.Errorf("second goroutine: %v, want ErrNotObtained", err)
 		}
 	}
@@ -101,10 +101,10 @@ func TestLeaseExpiry(t *testing.T) {
 	m := mustMutex(t, newClient(t, nil), name, WithLease(200*time.Millisecond))
 	start := time.Now()
 	l := mustLock(t, ctx, m)
-	if ttl, _ := m.TTL(ctx); ttl <= 0 || ttl > 200*time.Millisecond {
-		t.Errorf("TTL = %v, want (0, 200ms]", ttl)
+	if ttl, err := m.TTL(ctx); ttl <= 0 || ttl > 200*time.Millisecond || err != nil {
+		t.Errorf("TTL = %v, %v; want (0, 200ms]", ttl, err)
 	}
-	<-l.Done()
+	awaitDone(t, l, 5*time.Second, "lock context at the end of its lease")
 	if !errors.Is(context.Cause(l), ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
 	}
@@ -137,7 +137,7 @@ func TestWatchdogKeepsLock(t *testing.T) {
 		if l.Err() != nil {
 			t.Fatalf("lock context ended: %v", context.Cause(l))
 		}
-		if locked, _ := m.IsLocked(ctx); !locked {
+		if !isLocked(t, m) {
 			t.Fatal("lock expired while the watchdog should renew it")
 		}
 		time.Sleep(timeout / 10)
@@ -161,13 +161,17 @@ func TestRenewalStopsAtUnlock(t *testing.T) {
 	name := lockName(t)
 	var wg sync.WaitGroup
 	for i := range 4 {
+		m := mustMutex(t, c, fmt.Sprintf("%s:%d", name, i))
+		leased := mustMutex(t, c, m.Name(), WithLease(fixed))
 		wg.Add(1)
-		go func() {
+		go func() { // no t.Fatal here: t.Error and return
 			defer wg.Done()
-			m := mustMutex(t, c, fmt.Sprintf("%s:%d", name, i))
-			leased := mustMutex(t, c, m.Name(), WithLease(fixed))
 			for range 6 {
-				l := mustLock(t, ctx, m)
+				l, err := m.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
 				if err := m.Unlock(l); err != nil {
 					t.Error(err)
 					return
@@ -178,7 +182,11 @@ func TestRenewalStopsAtUnlock(t *testing.T) {
 				}
 				for {
 					ttl, err := c.rdb.PTTL(ctx, m.Name()).Result()
-					if err != nil || ttl < 0 {
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ttl < 0 {
 						break // expired: nobody renewed it
 					}
 					if ttl > fixed {
@@ -199,9 +207,14 @@ func TestRenewalStopsAtUnlock(t *testing.T) {
 	})
 }
 
+// TestLostWhenDeleted: the lock is deleted behind the holder's back; the
+// watchdog finds that at its next renewal (a third of the timeout) and
+// tells the holder then, well before the lease it last set would have run
+// out on the holder's clock.
 func TestLostWhenDeleted(t *testing.T) {
 	ctx := context.Background()
-	c := newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond))
+	const timeout = 3 * time.Second // renewal every second
+	c := newClient(t, nil, WithWatchdogTimeout(timeout))
 	m := mustMutex(t, c, lockName(t))
 	l := mustLock(t, ctx, m)
 	child, cancel := context.WithCancel(l)
@@ -209,10 +222,10 @@ func TestLostWhenDeleted(t *testing.T) {
 	if err := c.rdb.Del(ctx, m.Name()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-child.Done():
-	case <-time.After(2 * time.Second):
-		t.Fatal("holder not told that its lock was deleted")
+	deleted := time.Now()
+	awaitDone(t, child, 2*timeout, "holder told that its lock was deleted")
+	if d := time.Since(deleted); d > timeout*2/3 {
+		t.Errorf("holder told %v after the deletion: not by the watchdog's renewal (every %v) but by its lease (%v) running out", d, timeout/3, timeout)
 	}
 	for _, x := range []context.Context{l, child} {
 		if !errors.Is(context.Cause(x), ErrLockLost) {
@@ -234,26 +247,20 @@ func TestWaiterWokenByUnlock(t *testing.T) {
 	waiter := mustMutex(t, wc, name)
 	for range 5 {
 		l := mustLock(t, ctx, holder)
-		got := make(chan time.Time, 1)
-		go func() {
-			wl := mustLock(t, ctx, waiter)
-			got <- time.Now()
-			_ = waiter.Unlock(wl)
-		}()
+		got := lockAsync(t.Context(), waiter)
 		waitForWaiter(t, wc, name)
 		unlocked := time.Now()
 		if err := holder.Unlock(l); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case at := <-got:
-			d := at.Sub(unlocked)
-			t.Logf("handoff after %v", d)
-			if d > time.Second {
-				t.Errorf("waiter acquired %v after the unlock", d)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("waiter not woken by the unlock")
+		wl := await(t, got, 5*time.Second, "waiter after the unlock")
+		d := time.Since(unlocked)
+		t.Logf("handoff after %v", d)
+		if d > 3*time.Second { // the holder's lease is 30 s
+			t.Errorf("waiter acquired %v after the unlock", d)
+		}
+		if err := waiter.Unlock(wl); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -276,30 +283,27 @@ func waitForWaiter(t testing.TB, c *Client, name string) {
 }
 
 // TestWaiterSurvivesPubSubKill: the waiter's subscription connection is
-// killed before the unlock; it must still acquire well before the 30 s lease
-// of the holder would run out.
+// killed and cannot come back before the unlock is published, so the
+// message is lost; the resubscription must wake the waiter well before the
+// 30 s lease of the holder would run out.
 func TestWaiterSurvivesPubSubKill(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	name := lockName(t)
 	holder := mustMutex(t, newClient(t, nil), name)
-	wc := newClient(t, nil)
+	var g dialGate
+	wc := gatedClient(t, &g)
 	waiter := mustMutex(t, wc, name)
 	l := mustLock(t, ctx, holder)
 	got := lockAndUnlock(ctx, waiter)
 	waitForWaiter(t, wc, name)
-	if err := wc.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Unlock(l); err != nil {
-		t.Fatal(err)
-	}
+	missNotice(t, wc, &g, prefixName(channelPrefix, name), func() error { return holder.Unlock(l) })
 	select {
 	case err := <-got:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("waiter did not acquire after its pub/sub connection was killed")
+		t.Fatal("waiter did not acquire after missing the unlock message")
 	}
 }
 
@@ -372,19 +376,29 @@ func TestFencingTokens(t *testing.T) {
 		next(la)
 		la2 := mustLock(t, la, a) // reentrant acquisitions take a token too
 		next(la2)
-		_ = a.Unlock(la2)
-		_ = a.Unlock(la)
+		for _, u := range []struct {
+			m *Mutex
+			l context.Context
+		}{{a, la2}, {a, la}} {
+			if err := u.m.Unlock(u.l); err != nil {
+				t.Fatal(err)
+			}
+		}
 		lb := mustLock(t, ctx, b)
 		next(lb)
-		_ = b.Unlock(lb)
+		if err := b.Unlock(lb); err != nil {
+			t.Fatal(err)
+		}
 	}
 	lp := mustLock(t, ctx, plain)
 	if _, ok := Token(lp); ok {
 		t.Error("an unfenced lock context has a token")
 	}
-	_ = plain.Unlock(lp)
-	if v, _ := a.c.rdb.Get(ctx, "redisson_lock_token:{"+name+"}").Int64(); v != last() {
-		t.Errorf("token key = %d, want %d", v, last())
+	if err := plain.Unlock(lp); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := a.c.rdb.Get(ctx, "redisson_lock_token:{"+name+"}").Int64(); v != last() || err != nil {
+		t.Errorf("token key = %d, %v; want %d", v, err, last())
 	}
 }
 
@@ -401,10 +415,10 @@ func TestForceUnlockWakesWaiter(t *testing.T) {
 	if ok, err := waiter.ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("ForceUnlock = %v, %v", ok, err)
 	}
-	if err := <-got; err != nil {
+	if err := recv(t, got, 5*time.Second, "waiter after ForceUnlock"); err != nil {
 		t.Fatal(err)
 	}
-	<-l.Done() // the watchdog tells the old holder
+	awaitDone(t, l, 5*time.Second, "old holder told by the watchdog")
 	if !errors.Is(context.Cause(l), ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
 	}
@@ -432,7 +446,7 @@ func TestClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; !errors.Is(err, ErrClosed) {
+	if err := recv(t, got, 5*time.Second, "waiting Lock after Close"); !errors.Is(err, ErrClosed) {
 		t.Errorf("waiting Lock: %v, want ErrClosed", err)
 	}
 	if !errors.Is(context.Cause(ol), ErrClosed) {

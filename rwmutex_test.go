@@ -25,17 +25,9 @@ func mustRW(t testing.TB, c *Client, name string, opts ...LockOption) *RWMutex {
 // that gets the lock context (nil after an error, reported to t).
 func rwWaiter(t *testing.T, ctx context.Context, c *Client, l interface {
 	Lock(context.Context) (context.Context, error)
-}, name string, waiters int) <-chan context.Context {
+}, name string, waiters int) <-chan lockResult {
 	t.Helper()
-	got := make(chan context.Context, 1)
-	go func() {
-		lc, err := l.Lock(ctx)
-		if err != nil {
-			t.Error(err)
-			lc = nil
-		}
-		got <- lc
-	}()
+	got := lockAsync(ctx, l)
 	ch := prefixName(rwChannelPrefix, name)
 	eventually(t, 5*time.Second, func() error {
 		if n := c.hub.Waiters(ch); n < waiters {
@@ -217,15 +209,7 @@ func TestRWDowngrade(t *testing.T) {
 	if mode := c.rdb.HGet(ctx, name, "mode").Val(); mode != "read" {
 		t.Errorf("mode after the write unlock = %q, want read", mode)
 	}
-	var ol context.Context
-	select {
-	case ol = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiting reader not woken when the writer downgraded")
-	}
-	if ol == nil {
-		t.FailNow()
-	}
+	ol := await(t, got, 5*time.Second, "waiting reader after the writer downgraded")
 	if _, err := other.WriteLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
 		t.Errorf("a writer while readers hold: %v", err)
 	}
@@ -284,7 +268,7 @@ func TestRWWriteUnlockWakesAllReaders(t *testing.T) {
 	writer := mustRW(t, newClient(t, nil), name)
 	wl := mustLock(t, ctx, writer.WriteLock())
 	const perClient = 2
-	var gots []<-chan context.Context
+	var gots []<-chan lockResult
 	var readers []*RWMutex
 	for range 2 {
 		c := newClient(t, nil)
@@ -301,8 +285,11 @@ func TestRWWriteUnlockWakesAllReaders(t *testing.T) {
 	timeout := time.After(5 * time.Second)
 	for _, got := range gots {
 		select {
-		case l := <-got:
-			held = append(held, l)
+		case r := <-got:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			held = append(held, r.lctx)
 		case <-timeout:
 			t.Fatalf("%d of %d readers woken by the write unlock", len(held), len(gots))
 		}
@@ -347,15 +334,18 @@ func TestRWReadLeaseExpiry(t *testing.T) {
 	writer := mustRW(t, wc, name)
 	start := time.Now()
 	got := rwWaiter(t, ctx, wc, writer.WriteLock(), name, 1)
-	<-sl.Done()
+	awaitDone(t, sl, 5*time.Second, "read lock context at the end of its lease")
 	if !errors.Is(context.Cause(sl), ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", context.Cause(sl))
 	}
 	select {
-	case wl := <-got:
+	case r := <-got:
 		t.Logf("writer got the lock %v after it started waiting", time.Since(start))
-		if wl != nil {
-			_ = writer.WriteLock().Unlock(wl)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := writer.WriteLock().Unlock(r.lctx); err != nil {
+			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("writer did not get the lock after the read lease ran out")
@@ -414,31 +404,24 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 	}
 }
 
-// TestRWLostNotice: the waiting reader's pub/sub connection is killed
-// before the write unlock; it still acquires long before the writer's 30 s
-// lease would run out.
+// TestRWLostNotice: the waiting reader's pub/sub connection is killed and
+// cannot come back before the write unlock is published, so the message is
+// lost; the resubscription must wake the reader long before the writer's
+// 30 s lease would run out.
 func TestRWLostNotice(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	name := lockName(t)
 	noChannelsLeft(t, name)
 	writer := mustRW(t, newClient(t, nil), name)
 	wl := mustLock(t, ctx, writer.WriteLock())
-	rc := newClient(t, nil)
+	var g dialGate
+	rc := gatedClient(t, &g)
 	reader := mustRW(t, rc, name)
 	got := rwWaiter(t, ctx, rc, reader.ReadLock(), name, 1)
-	if err := rc.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+	missNotice(t, rc, &g, prefixName(rwChannelPrefix, name), func() error { return writer.WriteLock().Unlock(wl) })
+	l := await(t, got, 10*time.Second, "reader after missing the unlock message")
+	if err := reader.ReadLock().Unlock(l); err != nil {
 		t.Fatal(err)
-	}
-	if err := writer.WriteLock().Unlock(wl); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case l := <-got:
-		if l != nil {
-			_ = reader.ReadLock().Unlock(l)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("reader did not acquire after its pub/sub connection was killed")
 	}
 }
 
@@ -482,12 +465,7 @@ func TestRWForceUnlock(t *testing.T) {
 	if ok, err := rw.ReadLock().ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("read ForceUnlock = %v, %v", ok, err)
 	}
-	var wl context.Context
-	select {
-	case wl = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("waiting writer not woken by ForceUnlock")
-	}
+	wl := await(t, got, 5*time.Second, "waiting writer after ForceUnlock")
 	if ok, _ := rw.ReadLock().ForceUnlock(ctx); ok {
 		t.Error("read ForceUnlock of a write lock reported a deletion")
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -112,8 +113,8 @@ func TestSyncLockerRetries(t *testing.T) {
 		s.Lock()
 		close(locked)
 	}()
-	<-log.seen
-	<-log.seen // a second report: Lock retried
+	recv(t, log.seen, 10*time.Second, "first error report")
+	recv(t, log.seen, 10*time.Second, "second error report: Lock retried")
 	select {
 	case <-locked:
 		t.Fatal("Lock returned without permission to take the lock")
@@ -122,7 +123,7 @@ func TestSyncLockerRetries(t *testing.T) {
 	if err := admin.Do(ctx, allowed...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	<-locked
+	recv(t, locked, 10*time.Second, "Lock once permitted")
 	s.Unlock()
 	errs := log.all()
 	if len(errs) < 2 || !redis.IsPermissionError(errors.Unwrap(errs[0])) && !strings.Contains(errs[0].Error(), "NOPERM") {

@@ -2,14 +2,18 @@ package chaos
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
-
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // contention is the workload of the fault scenarios: 3 processes with 4
@@ -33,14 +37,36 @@ func TestNegativeControl(t *testing.T) {
 	run(t, scenario{name: "negative control (lease < work)", procs: 2, worker: w, broken: true})
 }
 
+// TestPubSubKills kills every subscription connection of the lock's Redis
+// every 20 ms. Unlock messages published while a waiter's connection is
+// down are lost; the resubscription after the reconnect must wake the
+// waiters (internal/pubsub), or they sleep until the holder's lease runs
+// out. The lease is long here (the watchdog's 10 s) so that a lost wake-up
+// shows: the longest wait must stay well below it, and some connections
+// must actually have been killed, or the run tested nothing.
 func TestPubSubKills(t *testing.T) {
-	run(t, scenario{name: "pub/sub connections killed", procs: 3, worker: contention(scale(50, 3000)),
-		fault: func(ctx context.Context, t *testing.T, lock *redistest.Server) int {
+	const lease = 10 * time.Second
+	w := contention(scale(50, 3000))
+	w.Watchdog = lease
+	var killed atomic.Int64
+	run(t, scenario{name: "pub/sub connections killed", procs: 3, worker: w,
+		fault: func(ctx context.Context, _ *testing.T, lock *redistest.Server) int {
 			rdb := lock.Client()
 			defer rdb.Close()
 			return every(ctx, 20*time.Millisecond, func() error {
-				return rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err()
+				n, err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int64()
+				killed.Add(n)
+				return err
 			})
+		},
+		check: func(t *testing.T, o *outcome) {
+			o.notes = append(o.notes, fmt.Sprintf("%d subscription connections killed, watchdog %v", killed.Load(), lease))
+			if killed.Load() == 0 {
+				t.Error("no subscription connection was killed: the run tested nothing")
+			}
+			if o.maxWait > lease/4 {
+				t.Errorf("longest wait %v, lease %v: a waiter slept through a lost unlock message", o.maxWait, lease)
+			}
 		}})
 }
 
@@ -55,16 +81,61 @@ func TestScriptFlushLoop(t *testing.T) {
 
 // TestRedisRestart kills and restarts the lock's Redis under contention.
 // It persists every write (appendfsync always), so locks survive the
-// restart; clients see errors while it is down and carry on.
+// restart; clients see errors while it is down and carry on. An Unlock
+// that fails while Redis is down is retried in the background, so a lock
+// is free again soon after Redis is back, not a lease later: the longest
+// wait must stay within the longest outage plus a second.
 func TestRedisRestart(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		outages []time.Duration
+	)
 	run(t, scenario{name: "Redis restarted (AOF always)", procs: 3, worker: contention(scale(60, 3000)),
 		lockArgs: []string{"--appendonly", "yes", "--appendfsync", "always"},
-		fault: func(ctx context.Context, t *testing.T, lock *redistest.Server) int {
+		fault: func(ctx context.Context, _ *testing.T, lock *redistest.Server) int {
+			rdb := lock.Client()
+			defer rdb.Close()
 			return every(ctx, 300*time.Millisecond, func() error {
+				start := time.Now()
 				lock.Kill()
-				return lock.Restart()
+				if err := lock.Restart(); err != nil {
+					return err
+				}
+				err := awaitLoaded(ctx, rdb)
+				mu.Lock()
+				outages = append(outages, time.Since(start))
+				mu.Unlock()
+				return err
 			})
+		},
+		check: func(t *testing.T, o *outcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			longest, sum := time.Duration(0), time.Duration(0)
+			for _, d := range outages {
+				longest, sum = max(longest, d), sum+d
+			}
+			if len(outages) == 0 {
+				t.Error("Redis was never restarted: the run tested nothing")
+				return
+			}
+			o.notes = append(o.notes, fmt.Sprintf("outage (kill to loaded) mean %v, longest %v",
+				(sum/time.Duration(len(outages))).Round(time.Millisecond), longest.Round(time.Millisecond)))
+			if o.maxWait > longest+time.Second {
+				t.Errorf("longest wait %v, longest outage %v: a lock stayed taken after Redis was back", o.maxWait, longest)
+			}
 		}})
+}
+
+// awaitLoaded waits until the server answers PING without LOADING.
+func awaitLoaded(ctx context.Context, rdb *redis.Client) error {
+	for {
+		err := rdb.Ping(ctx).Err()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func TestLatency(t *testing.T) {
@@ -79,7 +150,9 @@ func TestPausedHolder(t *testing.T) {
 	e := newEnv(t, nil, 0)
 	cfg := workerConfig{LockAddr: e.lockAddr, ResourceAddr: e.resource.Addr(), Name: "chaos:paused",
 		Watchdog: 300 * time.Millisecond, Fenced: true, Pause: true}
-	cmd, out := startWorker(t, cfg)
+	resume, resumed := io.Pipe()
+	defer resumed.Close()
+	cmd, out := startWorkerWith(t, cfg, resume)
 	eventually(t, 10*time.Second, func() bool { return strings.Contains(out.String(), "held") })
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -115,6 +188,10 @@ func TestPausedHolder(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := io.WriteString(resumed, "resumed\n"); err != nil {
+		t.Fatal(err)
+	}
+	resumed.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +43,20 @@ type scenario struct {
 	// are reported in the summary, not failed on.
 	unsafe bool
 	notes  string // added to the summary row
+	// check, when set, asserts what the scenario's name promises about
+	// its outcome (after the checks every scenario gets); it may add to
+	// the notes through *outcome.
+	check func(t *testing.T, o *outcome)
+}
+
+// outcome is what a run measured.
+type outcome struct {
+	acquired  int
+	maxWait   time.Duration
+	faults    int
+	overlaps  int // double grants: holds that overlapped in time
+	reversals int // holds whose fencing token was not above an earlier one's
+	notes     []string
 }
 
 // env is the Redis side of a scenario.
@@ -82,6 +98,12 @@ func (s *syncBuffer) String() string {
 // startWorker runs the test binary as a worker process.
 func startWorker(t *testing.T, cfg workerConfig) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
+	return startWorkerWith(t, cfg, nil)
+}
+
+// startWorkerWith is startWorker with the worker's stdin read from stdin.
+func startWorkerWith(t *testing.T, cfg workerConfig, stdin io.Reader) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -91,13 +113,23 @@ func startWorker(t *testing.T, cfg workerConfig) (*exec.Cmd, *syncBuffer) {
 	out := &syncBuffer{}
 	cmd.Stdout = out
 	cmd.Stderr = os.Stderr
+	cmd.Stdin = stdin
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil { // the test failed before waiting for it
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
 	return cmd, out
 }
 
-func run(t *testing.T, sc scenario) {
+// run runs sc and checks its history: mutual exclusion (reported only for
+// unsafe runs), the counter, that every acquisition was made, that Redis
+// is left clean, and sc.check. It returns what it measured.
+func run(t *testing.T, sc scenario) outcome {
 	var e *env
 	if sc.connect != nil {
 		e = &env{resource: redistest.NewServer(t)}
@@ -152,7 +184,12 @@ func run(t *testing.T, sc scenario) {
 	stop()
 	nfaults := <-faults
 
-	counter, _ := e.resource.Client().Get(context.Background(), counterKey).Int()
+	resRdb := e.resource.Client()
+	defer resRdb.Close()
+	counter, err := resRdb.Get(context.Background(), counterKey).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("reading the counter: %v", err)
+	}
 	holds, err := history.Read(files...)
 	if err != nil {
 		t.Fatal(err)
@@ -162,22 +199,28 @@ func run(t *testing.T, sc scenario) {
 	for _, h := range holds {
 		maxWait = max(maxWait, time.Duration(h.Wait))
 	}
+	o := outcome{acquired: total.Acquired, maxWait: maxWait, faults: nfaults}
+	for _, v := range violations {
+		if v.Reason == "overlap" {
+			o.overlaps++
+		}
+	}
+	o.reversals = len(violations) - o.overlaps
 	notes := fmt.Sprintf("lost %d, errors %d", total.Lost, total.Errors)
 	if sc.unsafe {
-		overlaps := 0
-		for _, v := range violations {
-			if v.Reason == "overlap" {
-				overlaps++
-			}
-		}
 		notes += fmt.Sprintf(", double grants (overlaps) %d, holds with a token not above an earlier one %d, fenced writes rejected %d, increments lost %d",
-			overlaps, len(violations)-overlaps, total.Rejected, total.Increments-counter)
+			o.overlaps, o.reversals, total.Rejected, total.Increments-counter)
 	}
 	if sc.notes != "" {
 		notes += "; " + sc.notes
 	}
-	addRow(row{sc.name, total.Acquired, len(violations), maxWait.Round(time.Millisecond).String(), nfaults, notes})
 	t.Logf("%d acquisitions, %d violations, max wait %v, %d faults, %+v", total.Acquired, len(violations), maxWait, nfaults, total)
+	defer func() {
+		for _, n := range o.notes {
+			notes += "; " + n
+		}
+		addRow(row{sc.name, total.Acquired, len(violations), maxWait.Round(time.Millisecond).String(), nfaults, notes})
+	}()
 
 	want := sc.procs * sc.worker.Goroutines * sc.worker.Acquisitions
 	if total.Acquired != want || len(holds) != want {
@@ -190,7 +233,7 @@ func run(t *testing.T, sc scenario) {
 		if counter == total.Increments {
 			t.Log("negative control: no increment was lost this time")
 		}
-		return
+		return o
 	}
 	for i, v := range violations {
 		switch {
@@ -204,11 +247,15 @@ func run(t *testing.T, sc scenario) {
 	if counter != total.Increments && !sc.unsafe {
 		t.Errorf("counter = %d after %d increments: an increment was lost", counter, total.Increments)
 	}
+	if sc.check != nil {
+		sc.check(t, &o)
+	}
 	if sc.clean != nil {
 		sc.clean(t, "chaos:"+sc.name)
-		return
+		return o
 	}
 	checkClean(t, e.lock, "chaos:"+sc.name)
+	return o
 }
 
 // checkClean asserts that nothing of the lock is left in Redis once every

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,8 +129,10 @@ func runWorker(cfgJSON string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// An acquisition's wait runs from its first Lock to the one
+			// that succeeds, through the errors of an outage in between.
+			start := history.Now()
 			for done := 0; done < cfg.Acquisitions; {
-				start := history.Now()
 				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				lctx, err := m.Lock(wctx)
 				cancel()
@@ -176,6 +179,7 @@ func runWorker(cfgJSON string) error {
 				})
 				done++
 				pause(cfg.Outside)
+				start = history.Now()
 			}
 		}()
 	}
@@ -241,18 +245,22 @@ func tokenOf(lctx context.Context) int64 {
 	return t
 }
 
-// pausedHolder takes the lock, prints "held", and sleeps through its
-// critical section, during which the test freezes the process past its
-// lease and lets another client take the lock. Then it reports whether its
-// lock context was cancelled and writes the fenced register with its stale
-// token anyway, as a holder that ignores its context would.
+// pausedHolder takes the lock, prints "held", and waits in its critical
+// section for a line on stdin, which the test sends once it has frozen the
+// process past its lease, let another client take the lock, and resumed
+// it. Then it reports whether its lock context was cancelled and writes
+// the fenced register with its stale token anyway, as a holder that
+// ignores its context would.
 func pausedHolder(ctx context.Context, m *dlock.Mutex, rdb *redis.Client) error {
 	lctx, err := m.Lock(ctx)
 	if err != nil {
 		return err
 	}
 	fmt.Println("held")
-	time.Sleep(time.Second) // the test sends SIGSTOP here
+	// The test sends SIGSTOP, then SIGCONT, then the line.
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the test to resume us: %w", err)
+	}
 	var cause error
 	select {
 	case <-lctx.Done():

@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -172,6 +173,7 @@ func TestFrozenServerReopens(t *testing.T) {
 	h, rdb := testHub(t, srv)
 	ctx := context.Background()
 	w := subscribe(t, h, "ch")
+	first := h.shard("")
 	srv.Pause()
 	resumed := false
 	defer func() {
@@ -181,7 +183,12 @@ func TestFrozenServerReopens(t *testing.T) {
 	}()
 	// The reader gives up on the frozen connection after two silent
 	// health intervals and opens another, which cannot be set up either.
-	time.Sleep(2*healthInterval + healthInterval/2)
+	awaitCond(t, 4*healthInterval, func() error {
+		if h.shard("") == first {
+			return errors.New("the frozen connection was not replaced")
+		}
+		return nil
+	})
 	srv.Resume()
 	resumed = true
 	if got := woken(10*time.Second, w); !got[0] {
@@ -202,10 +209,24 @@ func TestFrozenServerReopens(t *testing.T) {
 	})
 }
 
+// shard returns the hub's current shard for key (for tests).
+func (h *Hub) shard(key string) *shard {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.shards[key]
+}
+
 // eventually polls cond for up to 5s.
 func eventually(t *testing.T, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	awaitCond(t, 5*time.Second, cond)
+}
+
+// awaitCond polls cond until it returns nil, failing the test with its
+// last error after timeout.
+func awaitCond(t *testing.T, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		err := cond()
 		if err == nil {

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# mutate.sh: deliberate breakages of dlock, each applied to a scratch copy
+# of the working tree, with the test that must catch it. A mutation
+# survives when its tests still pass: the table printed at the end says
+# which test caught each one, and the script exits 1 if any survived, any
+# could not be applied (the code it edits changed: update the list), or
+# the tests fail on the unmutated tree.
+#
+#   scripts/mutate.sh            # every mutation (make mutate)
+#   scripts/mutate.sh fence      # the mutations whose name contains "fence"
+#
+# Each mutation is one literal text replacement in one file, which must
+# match exactly once. The copies live under $MUTATE_DIR (default: a fresh
+# temporary directory) and are removed at the end.
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${MUTATE_DIR:-$(mktemp -d /tmp/dlock-mutate.XXXXXX)}
+mkdir -p "$work"
+trap 'rm -rf "$work"' EXIT
+filter=${1:-}
+GO=${GO:-go}
+
+# The list: name | file | text to find | replacement | package | tests (a
+# go test -run regexp) that must fail.
+m_name=() m_file=() m_from=() m_to=() m_pkg=() m_tests=()
+m() { m_name+=("$1") m_file+=("$2") m_from+=("$3") m_to+=("$4") m_pkg+=("$5") m_tests+=("$6"); }
+
+# A re-sent release (go-redis lost the first reply) finds the field gone
+# and answers -1; the Client must read that as released, not as "not held".
+m "release: re-sent -1 read as not held" kind.go \
+  'case n < 0 && !resent:' \
+  'case n < 0:' \
+  . 'TestLostReplyIsNotAppliedTwice'
+# Acquire sets the owner's field to 1; counting in Redis would make a
+# re-sent acquire (and every re-entry) raise Redisson's view of the count.
+m "acquire script increments the hold count" internal/scripts/lock_acquire.lua \
+  "  redis.call('hset', KEYS[1], ARGV[2], 1)
+end" \
+  "end
+redis.call('hincrby', KEYS[1], ARGV[2], 1)" \
+  . 'TestLostReplyIsNotAppliedTwice'
+# Without the publish, waiters of other processes sleep until the lease.
+m "release does not publish" internal/scripts/lock_release.lua \
+  "redis.call(ARGV[3], KEYS[2], ARGV[1])
+return 1" \
+  "return 1" \
+  . 'TestWaiterWokenByUnlock'
+# A reply that comes after the lease it set ran out is not a hold.
+m "late-reply check disabled" acquire.go \
+  'case res.acquired && time.Since(start) >= validity(h.kind, req.lease):' \
+  'case false && res.acquired && time.Since(start) >= validity(h.kind, req.lease):' \
+  . 'TestLateReplyIsNotAHold'
+# The acquire script grants the lock whoever holds it.
+m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
+  "  if redis.call('exists', KEYS[1]) == 1 then" \
+  "  if false then" \
+  . 'TestSharedHandleExcludes|TestMutualExclusion'
+# The confirmation of a resubscription after a reconnect must wake every
+# waiter: unlock messages sent while the connection was down are lost.
+m "no wake-up on resubscription" internal/pubsub/hub.go \
+  'if !ours || ch.moved {' \
+  'if false {' \
+  . 'TestWaiterSurvivesPubSubKill|TestFairLostNotice|TestRWLostNotice'
+m "no wake-up on resubscription (chaos)" internal/pubsub/hub.go \
+  'if !ours || ch.moved {' \
+  'if false {' \
+  ./internal/chaos 'TestPubSubKills'
+# Fencing tokens must go up with every acquisition.
+m "fencing token not incremented" internal/scripts/fence.lua \
+  "return redis.call('incr', counter)" \
+  "return tonumber(redis.call('get', counter) or '0')" \
+  . 'TestFencingTokens'
+# The watchdog tells a holder at its next renewal that the lock is gone,
+# not only when the local lease deadline passes.
+m "watchdog does not report a lost lock" renew.go \
+  'c.lose(hd, fmt.Errorf("%w: %q: the watchdog found it released' \
+  '_ = fmt.Sprint(hd, fmt.Errorf("%w: %q: the watchdog found it released' \
+  . 'TestLostWhenDeleted'
+# A Client hands a lock to its own waiters at most handoffBound times in a
+# row while another process waits for it.
+m "hand-over not bounded" handoff.go \
+  'case q.handoffs < handoffBound:' \
+  'case true:' \
+  . 'TestHandoffBoundLetsOthersIn'
+
+# copy makes a scratch copy of the working tree (without .git) in $1.
+copy() {
+  mkdir -p "$1"
+  (cd "$root" && tar --exclude=./.git -cf - .) | tar -xf - -C "$1"
+}
+
+# runtests runs the tests of $2 matching $3 in the tree $1; it succeeds
+# when they all pass. The output goes to $4.
+runtests() {
+  (cd "$1" && $GO test -count=1 -timeout 10m -run "^($3)\$" "$2") >"$4" 2>&1
+}
+
+# failed lists the tests that failed in a go test output.
+failed() {
+  grep -oE -- '--- FAIL: [^ ]+' "$1" | sed 's/--- FAIL: //' | grep -v / | sort -u | paste -sd, -
+}
+
+status=0
+# Baseline: the tests named above must pass on the unmutated tree, or a
+# failure under a mutation says nothing.
+declare -A base=()
+for k in "${!m_name[@]}"; do
+  [[ -z $filter || ${m_name[k]} == *$filter* ]] || continue
+  base[${m_pkg[k]}]+="${base[${m_pkg[k]}]:+|}${m_tests[k]}"
+done
+copy "$work/base"
+for pkg in "${!base[@]}"; do
+  echo "baseline: $pkg ${base[$pkg]}"
+  if ! runtests "$work/base" "$pkg" "${base[$pkg]}" "$work/base.out"; then
+    echo "baseline tests fail on the unmutated tree:"
+    tail -40 "$work/base.out"
+    exit 1
+  fi
+done
+rm -rf "$work/base"
+
+rows=()
+i=0
+for k in "${!m_name[@]}"; do
+  name=${m_name[k]} file=${m_file[k]} from=${m_from[k]} to=${m_to[k]} pkg=${m_pkg[k]} tests=${m_tests[k]}
+  [[ -z $filter || $name == *$filter* ]] || continue
+  i=$((i + 1))
+  dir="$work/m$i"
+  copy "$dir"
+  n=$(FROM="$from" perl -0ne 'BEGIN{$n=0} $n += () = /\Q$ENV{FROM}\E/g; END{print $n}' "$dir/$file")
+  if [[ $n != 1 ]]; then
+    rows+=("| $name | \`$file\` | $tests | NOT APPLIED (found $n times) |")
+    status=1
+    rm -rf "$dir"
+    continue
+  fi
+  FROM="$from" TO="$to" perl -0pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$dir/$file"
+  echo "mutation $i: $name ($file) -> go test -run '^($tests)\$' $pkg"
+  start=$SECONDS
+  if runtests "$dir" "$pkg" "$tests" "$dir.out"; then
+    rows+=("| $name | \`$file\` | $tests | **SURVIVED** |")
+    status=1
+  elif grep -q -- '--- FAIL' "$dir.out"; then
+    rows+=("| $name | \`$file\` | $tests | caught by $(failed "$dir.out") ($((SECONDS - start)) s) |")
+  elif grep -q '^panic: ' "$dir.out"; then
+    rows+=("| $name | \`$file\` | $tests | caught: $(grep -m1 '^panic: ' "$dir.out" | cut -c1-60) ($((SECONDS - start)) s) |")
+  else
+    # A build failure is no catch: the mutation must compile.
+    rows+=("| $name | \`$file\` | $tests | BROKEN (no test failed: $(grep -m1 -vE '^(FAIL|ok|#)' "$dir.out" | cut -c1-80)) |")
+    status=1
+  fi
+  rm -rf "$dir" "$dir.out"
+done
+
+echo
+echo "| mutation | file | tests that must catch it | result |"
+echo "|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+exit $status
