@@ -24,8 +24,8 @@ import (
 // out the old master once its replica is gone; but a replica that
 // acknowledged can still lose the write, and renewals and releases are not
 // waited for: WAIT narrows the window, it does not close it, so those runs
-// report violations too and assert liveness. Each topology is started once
-// and serves both runs.
+// may report violations too; they must be none, or fewer per failover than
+// without replica sync. Each topology is started once and serves both runs.
 
 // failoverGap is the contention between two failovers.
 const failoverGap = 500 * time.Millisecond
@@ -55,10 +55,13 @@ func syncNote(replicaSync int) string {
 
 // failoverRuns runs sc without and with replica sync, with the faults of
 // inject, and fails a run in which no failover completed: it would have
-// tested nothing.
+// tested nothing. Replica sync must earn its name: the run with it must
+// show no double grant or token reversal, or fewer per failover than the
+// run without it.
 func failoverRuns(t *testing.T, sc scenario, perOwner func() int, healthy func(ctx context.Context) error,
 	inject func(ctx context.Context, lock string) error) {
-	for _, replicaSync := range []int{0, 1} {
+	var runs [2]outcome // without, with replica sync
+	for i, replicaSync := range []int{0, 1} {
 		name := "without replica sync"
 		if replicaSync > 0 {
 			name = "with replica sync"
@@ -88,7 +91,7 @@ func failoverRuns(t *testing.T, sc scenario, perOwner func() int, healthy func(c
 				case <-time.After(time.Minute): // run failed before starting it
 				}
 			})
-			run(t, sc)
+			runs[i] = run(t, sc)
 			t.Logf("failovers took %v", f.took)
 			if f.err != nil {
 				t.Errorf("failover %d: %v", len(f.took)+1, f.err)
@@ -97,6 +100,18 @@ func failoverRuns(t *testing.T, sc scenario, perOwner func() int, healthy func(c
 				t.Error("the workers were done before the first failover: the run tested nothing")
 			}
 		})
+	}
+	without, with := runs[0], runs[1]
+	bad := func(o outcome) int { return o.overlaps + o.reversals }
+	t.Logf("double grants and token reversals: %d in %d failovers without replica sync, %d in %d with it",
+		bad(without), without.faults, bad(with), with.faults)
+	switch {
+	case t.Failed() || bad(with) == 0:
+	case without.faults == 0 || bad(without) == 0:
+		t.Errorf("with replica sync: %d double grants and token reversals in %d failovers, none without it", bad(with), with.faults)
+	case float64(bad(with))/float64(max(with.faults, 1)) >= float64(bad(without))/float64(without.faults):
+		t.Errorf("with replica sync: %d double grants and token reversals in %d failovers, not fewer than without it (%d in %d)",
+			bad(with), with.faults, bad(without), without.faults)
 	}
 }
 
