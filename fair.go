@@ -23,7 +23,13 @@ import (
 // fair wait timeout (WithFairWaitTimeout, default 5 min) after the lock was
 // freed. A live waiter keeps its place however long the holder holds the
 // lock, because each attempt pushes its deadline forward; a waiting Lock
-// attempts at least every half fair wait timeout.
+// attempts at least every half fair wait timeout. While the lock is held,
+// an attempt also keeps the deadlines of the waiters ahead, Java ones
+// included, beyond the lock's expiry, so that Redisson's scripts do not
+// drop them. A Java waiter that gives up tells nobody: the waiter right
+// behind the head checks every second while the lock is held, and a waiter
+// of a free lock wakes the head again and checks every 100 ms, so that
+// nobody sleeps on a free lock.
 //
 // Give every handle on one lock, in Go and in Java, the same fair wait
 // timeout: a waiter that takes the lock moves the others up by its own

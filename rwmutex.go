@@ -40,7 +40,11 @@ import (
 // watchdog renews only this Client's read holds, so holds of a reader that
 // died run out. Waiters of both halves share the channel
 // redisson_rwlock:{name}: a write unlock wakes every waiter ("1"), the last
-// read unlock one ("0"). A Go RWMutex and a Java RReadWriteLock on the same
+// read unlock one ("0"); ForceUnlock publishes "0" for the read half and
+// "1" for the write half, as Redisson does. A write unlock that leaves the
+// writer's own read holds publishes "1" too, where Redisson says nothing;
+// a reader waiting on such a writer checks every 250 ms in case it is a
+// Java one. A Go RWMutex and a Java RReadWriteLock on the same
 // name exclude each other.
 //
 // An RWMutex is safe for concurrent use.
