@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -12,13 +13,16 @@ import (
 // TestRedissonFairContention: Redisson threads (lock(), watchdog, unlock
 // with its latch, deadlines on their own clock) and dlock Clients share
 // one fair lock's queue: every critical section runs alone, some
-// outlasting both sides' lease, and nobody is left in the queue.
+// outlasting both sides' lease, one Java thread and one dlock goroutine
+// give up their waits (acquireFailed, abandon) again and again, and nobody
+// is left in the queue.
 func TestRedissonFairContention(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	noChannelsLeft(t, name)
 	const rounds = 8
 	var s section
+	var gaveUp atomic.Int64
 	var wg sync.WaitGroup
 	for j := range 2 {
 		jl := newJVM(t, 900*time.Millisecond).lock(javaFairLock, name)
@@ -27,10 +31,28 @@ func TestRedissonFairContention(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range rounds {
-					stop, err := jl.lockWithWatchdog(ctx, tid, nil)
-					if err != nil {
-						t.Error(err)
-						return
+					var stop func()
+					if j == 1 && tid == 2 {
+						// tryLock(50 ms) until it succeeds: a give-up
+						// (acquireFailed) after each failed try.
+						for {
+							ok, err := jl.tryLock(ctx, tid, 50*time.Millisecond, nil)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if ok {
+								break
+							}
+							gaveUp.Add(1)
+						}
+						stop = jl.watchdog(tid)
+					} else {
+						var err error
+						if stop, err = jl.lockWithWatchdog(ctx, tid, nil); err != nil {
+							t.Error(err)
+							return
+						}
 					}
 					s.run(pause(j == 0 && tid == 1 && i == 3))
 					jl.release(t, ctx, tid, stop)
@@ -45,10 +67,24 @@ func TestRedissonFairContention(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range rounds {
-					l, err := m.Lock(ctx)
-					if err != nil {
-						t.Error(err)
-						return
+					var l context.Context
+					for {
+						// One goroutine gives up after 50 ms and tries again.
+						lctx, cancel := ctx, context.CancelFunc(func() {})
+						if g == 1 && k == 1 {
+							lctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+						}
+						lc, err := m.Lock(lctx)
+						cancel()
+						if err == nil {
+							l = lc
+							break
+						}
+						if !errors.Is(err, ErrNotObtained) || lctx == ctx {
+							t.Error(err)
+							return
+						}
+						gaveUp.Add(1)
 					}
 					s.run(pause(g == 0 && k == 0 && i == 5))
 					if err := m.Unlock(l); err != nil {
@@ -60,6 +96,7 @@ func TestRedissonFairContention(t *testing.T) {
 	}
 	wg.Wait()
 	s.check(t, 8*rounds)
+	t.Logf("%d waits given up and tried again", gaveUp.Load())
 	rdb := newRedis(t)
 	if q := fairQueue(t, rdb, name); len(q) != 0 {
 		t.Errorf("queue left: %v", q)
