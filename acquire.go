@@ -20,7 +20,7 @@ const pollNoExpiry = time.Second
 // message or until the current hold's lease runs out, whichever is first,
 // so a lost message costs at most one lease, never a hang. acquire returns
 // by ctx's deadline whatever Redis does: cleanup goes on in the background.
-func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error) {
+func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context, err error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
@@ -28,8 +28,9 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 	if err != nil {
 		return nil, err
 	}
-	w := waiter{h: h, req: req, hands: h.handsOver(req)}
+	w := waiter{h: h, req: req, hands: h.handsOver(req), ob: h.c.observeLock(ctx, h, try)}
 	defer w.stop()
+	defer func() { w.ob.done(lockCtx, err) }()
 	for round := 0; ; round++ {
 		lockCtx, res, err := w.attemptFirst(ctx, round == 0 && !try)
 		switch {
@@ -41,6 +42,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (context.Context, error)
 		case try:
 			return nil, notObtained(h.name, res.reason)
 		}
+		w.ob.sleeping(res)
 		g, err := w.sleep(ctx, res)
 		switch {
 		case err != nil:
@@ -260,6 +262,8 @@ type waiter struct {
 	last     error // why the latest attempt failed, when the kind says
 	acquired bool  // the Lock succeeded: a wake-up it had was used
 	joined   bool  // joined subscribed waiters of this Client: no attempt after subscribing
+
+	ob *lockObs // the Lock's observer state (observe.go), nil without observers
 }
 
 // sleep waits after an attempt that found the lock held: until an unlock

@@ -89,6 +89,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		holders: map[lockKey]*hold{},
 	}
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
+	c.hub.OnReconnect = c.observeReconnect
 	c.hub.OnError = func(err error) {
 		c.cfg.logger.Warn("dlock: subscription refused; waiters wake at the lock's TTL instead", "error", err)
 	}
@@ -124,6 +125,7 @@ func (c *Client) Close() error {
 
 	c.watchdog.Close()
 	closePermits(c) // permit semaphores: renewer and permit contexts
+	c.observeClosed(holds)
 	for _, hd := range holds {
 		hd.expiry.Stop()
 		for _, a := range hd.acqs {

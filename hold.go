@@ -207,6 +207,7 @@ func (c *Client) lose(hd *hold, err error) {
 	hd.acqs = nil
 	c.mu.Unlock()
 	c.cfg.logger.Warn("dlock: lock lost", "lock", hd.kind.key(), "owner", hd.owner, "error", err)
+	c.observeLost(hd, acqs, err)
 	for _, a := range acqs {
 		a.cancel(err)
 	}

@@ -36,6 +36,7 @@ type config struct {
 	logger          *slog.Logger
 	replicas        replicaSync // WithReplicaSync; off by default
 	shardedPubSub   *bool       // WithShardedPubSub; nil: probe the cluster (newHub)
+	obs             *observers  // WithObserver (observe.go); nil without
 }
 
 func defaultConfig() config {

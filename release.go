@@ -29,7 +29,7 @@ import (
 // loading its data) or is still on its way at the deadline, Unlock returns
 // that error and the release goes on in the background until it gets
 // through or the hold's lease has run out; its outcome is logged.
-func (h *handle) Unlock(ctx context.Context) error {
+func (h *handle) Unlock(ctx context.Context) (err error) {
 	if err := h.check(ctx); err != nil {
 		return err
 	}
@@ -37,6 +37,7 @@ func (h *handle) Unlock(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%w: %q: the context carries no hold of this lock; pass the context its Lock returned", ErrNotHeld, h.name)
 	}
+	defer h.c.observeUnlock(ctx, h, acq, &err)
 	bound, cancel := withDeadlineOf(ctx)
 	defer cancel()
 	if err := acq.hold.lockOp(bound); err != nil {

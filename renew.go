@@ -50,6 +50,7 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 		lease = 0
 	}
 	alive, err := holds[0].kind.renewer().renew(ctx, c, lease, holds)
+	c.observeRenewal(holds, start, alive, err)
 	if err != nil {
 		return fmt.Errorf("dlock: renewing %d locks: %w", len(holds), err)
 	}

@@ -40,6 +40,9 @@ const UnlockMessage = "0"
 // ErrClosed is returned by Subscribe after Close.
 var ErrClosed = errors.New("pubsub: hub closed")
 
+// errSlotMoved is why a sharded connection dropped by its node is reopened.
+var errSlotMoved = errors.New("pubsub: the node dropped the subscription (slot moved)")
+
 const (
 	// healthInterval is how long a connection may stay silent before the
 	// reader pings it, and how long the ping may go unanswered before the
@@ -61,6 +64,10 @@ type Hub struct {
 	// for a channel the ACL does not allow: the waiters then fall back to
 	// waking at the lock's TTL.
 	OnError func(error)
+	// OnReconnect, if set before first use, hears of each connection
+	// found broken, silent or moved, which is being opened again, with
+	// what was wrong. It must return quickly and not use the hub.
+	OnReconnect func(error)
 
 	mu       sync.Mutex
 	shards   map[string]*shard
@@ -333,6 +340,7 @@ func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries i
 			// An error reply to a subscription, such as MOVED for an
 			// SSUBSCRIBE sent to a node that no longer serves the slot.
 			if h.sharded {
+				h.reconnecting(err)
 				h.reopen(s)
 				return
 			}
@@ -342,6 +350,7 @@ func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries i
 		case errors.As(err, &nerr) && nerr.Timeout():
 			if pinged {
 				// Connected but silent: a frozen or partitioned server.
+				h.reconnecting(err)
 				h.reopen(s)
 				return
 			}
@@ -350,12 +359,21 @@ func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries i
 		default:
 			// go-redis reconnects (and resubscribes) on the next read;
 			// do not spin while the server cannot be reached.
-			failures++
+			if failures++; failures == 1 {
+				h.reconnecting(err)
+			}
 			h.refresh(ctx)
 			if !sleep(ctx, backoff(failures)) {
 				return
 			}
 		}
+	}
+}
+
+// reconnecting tells OnReconnect that a connection is being opened again.
+func (h *Hub) reconnecting(err error) {
+	if h.OnReconnect != nil {
+		h.OnReconnect(err)
 	}
 }
 
@@ -424,6 +442,7 @@ func (h *Hub) dropped(s *shard, name string) {
 	if ch == nil || ch.shard != s || s.inflight[name] > 0 {
 		return
 	}
+	h.reconnecting(errSlotMoved)
 	h.reopenLocked(s)
 }
 

@@ -1,0 +1,332 @@
+package dlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is an Observer that keeps every event, as text and as values.
+type recorder struct {
+	mu       sync.Mutex
+	events   []string
+	ends     []LockEnd
+	waits    []WaitInfo
+	unlocks  []UnlockInfo
+	renewals []RenewalInfo
+	lost     []LostInfo
+	recons   []ReconnectInfo
+	changed  chan struct{} // receives after each event, if anyone listens
+}
+
+type ctxMark struct{}
+
+func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 1)} }
+
+func (r *recorder) add(f func()) {
+	r.mu.Lock()
+	f()
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) observer() Observer {
+	return Observer{
+		LockStart: func(ctx context.Context, l LockInfo) context.Context {
+			r.add(func() { r.events = append(r.events, fmt.Sprintf("start %s %s try=%v", l.Kind, l.Name, l.Try)) })
+			return context.WithValue(ctx, ctxMark{}, l.Name)
+		},
+		Wait: func(ctx context.Context, l LockInfo, w WaitInfo) {
+			r.add(func() {
+				r.events = append(r.events, fmt.Sprintf("wait %s round=%d mark=%v", l.Name, w.Round, ctx.Value(ctxMark{})))
+				r.waits = append(r.waits, w)
+			})
+		},
+		LockEnd: func(ctx context.Context, l LockInfo, e LockEnd) {
+			r.add(func() {
+				r.events = append(r.events, fmt.Sprintf("end %s %s reentry=%v mark=%v", l.Name, e.Outcome, e.Reentry, ctx.Value(ctxMark{})))
+				r.ends = append(r.ends, e)
+			})
+		},
+		Unlocked: func(_ context.Context, l LockInfo, u UnlockInfo) {
+			r.add(func() {
+				r.events = append(r.events, fmt.Sprintf("unlock %s %s last=%v", l.Kind, l.Name, u.Last))
+				r.unlocks = append(r.unlocks, u)
+			})
+		},
+		Renewal: func(e RenewalInfo) { r.add(func() { r.renewals = append(r.renewals, e) }) },
+		Lost: func(l LockInfo, e LostInfo) {
+			r.add(func() {
+				r.events = append(r.events, fmt.Sprintf("lost %s %s %s", l.Kind, l.Name, e.Cause))
+				r.lost = append(r.lost, e)
+			})
+		},
+		Reconnect: func(e ReconnectInfo) { r.add(func() { r.recons = append(r.recons, e) }) },
+	}
+}
+
+// await waits until cond, checked under the recorder's lock, holds.
+func (r *recorder) await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-r.changed:
+		case <-deadline.C:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("no %s; events: %q", what, r.events)
+		}
+	}
+}
+
+func (r *recorder) eventList() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+func TestObserverLockWaitReentryUnlock(t *testing.T) {
+	ctx := context.Background()
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()))
+	name := lockName(t)
+	m := mustMutex(t, c, name)
+
+	a := mustLock(t, ctx, m)
+	inner := mustLock(t, a, m) // re-entry
+	if err := m.Unlock(inner); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		b, err := m.Lock(ctx) // another owner: waits
+		if err == nil {
+			err = m.Unlock(b)
+		}
+		got <- err
+	}()
+	rec.await(t, "wait of the second owner", func() bool { return len(rec.waits) >= 1 })
+	time.Sleep(20 * time.Millisecond) // a hold time to measure
+	if err := m.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, "the second owner's unlock", func() bool { return len(rec.unlocks) == 3 })
+
+	want := []string{
+		"start mutex " + name + " try=false",
+		"end " + name + " acquired reentry=false mark=" + name,
+		"start mutex " + name + " try=false",
+		"end " + name + " acquired reentry=true mark=" + name,
+		"unlock mutex " + name + " last=false",
+		"start mutex " + name + " try=false",
+		"wait " + name + " round=1 mark=" + name,
+		"unlock mutex " + name + " last=true",
+		"end " + name + " acquired reentry=false mark=" + name,
+		"unlock mutex " + name + " last=true",
+	}
+	// The first owner's last Unlock and the second owner's Lock end on
+	// their own goroutines: their order varies.
+	// (The first sleep ends when the subscription is confirmed, and more
+	// rounds follow: only the first is compared.)
+	ev := slices.DeleteFunc(rec.eventList(), func(e string) bool {
+		return strings.HasPrefix(e, "wait ") && !strings.Contains(e, " round=1 ")
+	})
+	if len(ev) == len(want) {
+		slices.Sort(ev[7:])
+		slices.Sort(want[7:])
+	}
+	if !slices.Equal(ev, want) {
+		t.Fatalf("events:\n%q\nwant:\n%q", ev, want)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if w := rec.waits[0]; w.HolderTTL <= 0 || w.HolderTTL > DefaultWatchdogTimeout {
+		t.Errorf("wait: holder TTL %v, want within the watchdog lease", w.HolderTTL)
+	}
+	if e := rec.ends[2]; e.Rounds < 1 || e.Wait < 20*time.Millisecond {
+		t.Errorf("waiting Lock ended with %d rounds after %v, want >= 1 round and >= 20ms", e.Rounds, e.Wait)
+	}
+	// The first owner's outer hold is the longest (the other two unlocks
+	// may come in either order).
+	u := slices.MaxFunc(rec.unlocks, func(a, b UnlockInfo) int { return cmp.Compare(a.Held, b.Held) })
+	if u.Held < 20*time.Millisecond || !u.Last || u.Err != nil {
+		t.Errorf("outer unlock: %+v; want held >= 20ms, last, no error", u)
+	}
+}
+
+func TestObserverOutcomes(t *testing.T) {
+	ctx := context.Background()
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()))
+	name := lockName(t)
+	m := mustMutex(t, c, name)
+	held := mustLock(t, ctx, m)
+	defer m.Unlock(held)
+
+	if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock on a held lock: %v", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := m.Lock(tctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock past its deadline: %v", err)
+	}
+	cctx, cancel2 := context.WithCancel(ctx)
+	cancel2()
+	if _, err := m.Lock(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with a cancelled context: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var outcomes []Outcome
+	for _, e := range rec.ends {
+		outcomes = append(outcomes, e.Outcome)
+	}
+	if want := []Outcome{OutcomeAcquired, OutcomeBusy, OutcomeTimeout, OutcomeCanceled}; !slices.Equal(outcomes, want) {
+		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
+	if e := rec.ends[2]; e.Rounds < 1 || e.Err == nil {
+		t.Errorf("timed-out Lock: %d rounds, err %v; want >= 1 round and its error", e.Rounds, e.Err)
+	}
+}
+
+func TestObserverLostAndRenewal(t *testing.T) {
+	ctx := context.Background()
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()), WithWatchdogTimeout(300*time.Millisecond))
+	name := lockName(t)
+
+	// A fixed lease that runs out: expired.
+	fixed := mustMutex(t, c, name+":fixed", WithLease(50*time.Millisecond))
+	fctx := mustLock(t, ctx, fixed)
+	<-fctx.Done()
+	// A watchdog-renewed lock deleted behind its holder's back: rejected
+	// at the next renewal.
+	m := mustMutex(t, c, name)
+	lctx := mustLock(t, ctx, m)
+	rec.await(t, "a renewal", func() bool { return len(rec.renewals) > 0 })
+	if _, err := newRedis(t).Del(ctx, name).Result(); err != nil {
+		t.Fatal(err)
+	}
+	<-lctx.Done()
+	rec.await(t, "two lost locks", func() bool { return len(rec.lost) == 2 })
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if l := rec.lost[0]; l.Cause != LostExpired || !errors.Is(l.Err, ErrLockLost) || l.Acquisitions != 1 || l.Held <= 0 {
+		t.Errorf("fixed lease: lost %+v, want expired, held a while", l)
+	}
+	if l := rec.lost[1]; l.Cause != LostRejected || !errors.Is(l.Err, ErrLockLost) {
+		t.Errorf("deleted lock: lost %+v, want rejected", l)
+	}
+	r := rec.renewals[0]
+	if r.Locks != 1 || r.Lost != 0 || r.Err != nil || r.Latency <= 0 {
+		t.Errorf("first renewal %+v, want 1 lock, none lost", r)
+	}
+	if r := rec.renewals[len(rec.renewals)-1]; r.Lost != 1 {
+		t.Errorf("last renewal %+v, want the deleted lock lost", r)
+	}
+}
+
+func TestObserverClosedAndReconnect(t *testing.T) {
+	ctx := context.Background()
+	rec := newRecorder()
+	rdb := newRedis(t)
+	c, err := New(rdb, WithObserver(rec.observer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	name := lockName(t)
+	m := mustMutex(t, c, name)
+	held := mustLock(t, ctx, m)
+
+	// A waiter keeps the pub/sub connection open; killing it is a reconnect.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = m.Lock(wctx)
+	}()
+	// Round 2 starts once the subscription is confirmed.
+	rec.await(t, "a subscribed waiter", func() bool { return len(rec.waits) >= 2 })
+	if n, err := newRedis(t).ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n == 0 {
+		t.Fatalf("killing the pub/sub connection: %d killed, %v", n, err)
+	}
+	rec.await(t, "a reconnect", func() bool { return len(rec.recons) > 0 })
+	cancel()
+	<-done
+
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-held.Done()
+	rec.await(t, "the hold lost to Close", func() bool { return len(rec.lost) == 1 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if l := rec.lost[0]; l.Cause != LostClosed || !errors.Is(l.Err, ErrClosed) {
+		t.Errorf("lost %+v, want closed", l)
+	}
+	if rec.recons[0].Err == nil {
+		t.Errorf("reconnect without a reason")
+	}
+	_ = rdb.Del(ctx, name).Err()
+}
+
+// TestObserverSeveral: every observer hears every event, and a nil hook
+// is skipped.
+func TestObserverSeveral(t *testing.T) {
+	ctx := context.Background()
+	a, b := newRecorder(), newRecorder()
+	c := newClient(t, nil, WithObserver(a.observer()), WithObserver(Observer{}), WithObserver(b.observer()))
+	m := mustMutex(t, c, lockName(t))
+	l := mustLock(t, ctx, m)
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	if ea, eb := a.eventList(), b.eventList(); len(ea) != 3 || !slices.Equal(ea, eb) {
+		t.Fatalf("events %q and %q, want the same 3", ea, eb)
+	}
+}
+
+// BenchmarkLockUnlockObserved is BenchmarkLockUnlock with an observer
+// whose hooks do nothing: the cost of reporting the events.
+func BenchmarkLockUnlockObserved(b *testing.B) {
+	ctx := context.Background()
+	c := newClient(b, nil, WithObserver(Observer{
+		LockStart: func(ctx context.Context, _ LockInfo) context.Context { return ctx },
+		LockEnd:   func(context.Context, LockInfo, LockEnd) {},
+		Unlocked:  func(context.Context, LockInfo, UnlockInfo) {},
+	}))
+	m := mustMutex(b, c, lockName(b))
+	for b.Loop() {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(l); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
