@@ -356,6 +356,9 @@ func (c *Client) lost(hd *hold, acqs []*acquisition, cause LostCause, err error)
 
 // observeReconnect reports a pub/sub connection opened again: Reconnect.
 func (c *Client) observeReconnect(err error) {
+	if !c.observing() {
+		return
+	}
 	for _, ob := range c.cfg.obs.list {
 		if ob.Reconnect != nil {
 			ob.Reconnect(ReconnectInfo{Err: err})
