@@ -1,0 +1,365 @@
+package dlockotel_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockotel"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// setup returns a Client instrumented with a manual metric reader and a
+// span recorder, closed with t.
+type setup struct {
+	client *dlock.Client
+	rdb    *redis.Client
+	reader *sdkmetric.ManualReader
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+}
+
+func newSetup(t *testing.T, opts []dlockotel.Option, copts ...dlock.Option) *setup {
+	t.Helper()
+	s := &setup{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader))
+	s.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(s.spans))
+	inst, err := dlockotel.New(append([]dlockotel.Option{dlockotel.WithMeterProvider(mp), dlockotel.WithTracerProvider(s.tp)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rdb = redis.NewClient(&redis.Options{Addr: redisAddr})
+	s.client, err = dlock.New(s.rdb, append(copts, dlock.WithObserver(inst.Observer()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.client.Close()
+		_ = s.rdb.Close()
+		_ = mp.Shutdown(context.Background())
+		_ = s.tp.Shutdown(context.Background())
+	})
+	return s
+}
+
+// collect reads the metrics now.
+func (s *setup) collect(t *testing.T) metricdata.ResourceMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := s.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	return rm
+}
+
+// find returns the metric named name.
+func find(rm metricdata.ResourceMetrics, name string) (metricdata.Metrics, bool) {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name {
+				return m, true
+			}
+		}
+	}
+	return metricdata.Metrics{}, false
+}
+
+// matches reports whether set has every attribute of want.
+func matches(set attribute.Set, want []attribute.KeyValue) bool {
+	for _, kv := range want {
+		if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+			return false
+		}
+	}
+	return true
+}
+
+// sum adds the points of counter or up-down counter name whose attributes
+// include want.
+func sum(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue) int64 {
+	m, _ := find(rm, name)
+	data, _ := m.Data.(metricdata.Sum[int64])
+	var n int64
+	for _, p := range data.DataPoints {
+		if matches(p.Attributes, want) {
+			n += p.Value
+		}
+	}
+	return n
+}
+
+// histogram returns the count and sum of histogram name's points whose
+// attributes include want.
+func histogram(rm metricdata.ResourceMetrics, name string, want ...attribute.KeyValue) (uint64, float64) {
+	m, _ := find(rm, name)
+	data, _ := m.Data.(metricdata.Histogram[float64])
+	var n uint64
+	var s float64
+	for _, p := range data.DataPoints {
+		if matches(p.Attributes, want) {
+			n += p.Count
+			s += p.Sum
+		}
+	}
+	return n, s
+}
+
+// eventually polls cond until it holds or 10 s have passed.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+var (
+	mutex    = dlockotel.AttrKind.String(dlock.KindMutex)
+	acquired = dlockotel.AttrOutcome.String(string(dlock.OutcomeAcquired))
+)
+
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	s := newSetup(t, nil, dlock.WithWatchdogTimeout(300*time.Millisecond))
+	name := "otel:" + t.Name()
+	m, err := s.client.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := m.Lock(a) // re-entry
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(inner); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryLock: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		b, err := m.Lock(ctx)
+		if err == nil {
+			err = m.Unlock(b)
+		}
+		got <- err
+	}()
+	eventually(t, "a waiter and a renewal", func() bool {
+		rm := s.collect(t)
+		n, _ := histogram(rm, dlockotel.MetricRenewalDuration)
+		return sum(rm, dlockotel.MetricWaiters, mutex) == 1 && n > 0
+	})
+	if n := sum(s.collect(t), dlockotel.MetricHolds, mutex); n != 1 {
+		t.Errorf("holds while held: %d, want 1 (re-entries not counted)", n)
+	}
+	if err := m.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// A fixed lease that runs out is lost.
+	short, err := s.client.NewMutex(name+":short", dlock.WithLease(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, err := short.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-lctx.Done()
+
+	rm := s.collect(t)
+	checks := []struct {
+		what      string
+		got, want int64
+	}{
+		{"first acquisitions", sum(rm, dlockotel.MetricAcquisitions, mutex, dlockotel.AttrReentrant.Bool(false)), 3},
+		{"re-entries", sum(rm, dlockotel.MetricAcquisitions, mutex, dlockotel.AttrReentrant.Bool(true)), 1},
+		{"busy failures", sum(rm, dlockotel.MetricFailures, mutex, dlockotel.AttrOutcome.String("busy")), 1},
+		{"failures", sum(rm, dlockotel.MetricFailures), 1},
+		{"lost (expired)", sum(rm, dlockotel.MetricLost, mutex, dlockotel.AttrCause.String("expired")), 1},
+		{"lost", sum(rm, dlockotel.MetricLost), 1},
+		{"holds at the end", sum(rm, dlockotel.MetricHolds), 0},
+		{"waiters at the end", sum(rm, dlockotel.MetricWaiters), 0},
+		{"renewed", sum(rm, dlockotel.MetricRenewedLocks, dlockotel.AttrOutcome.String("ok")), -1},
+	}
+	for _, c := range checks {
+		if c.want < 0 {
+			if c.got < 1 {
+				t.Errorf("%s: %d, want some", c.what, c.got)
+			}
+			continue
+		}
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
+		}
+	}
+	if n, _ := histogram(rm, dlockotel.MetricWaitDuration, mutex, acquired); n != 4 {
+		t.Errorf("wait durations of acquisitions: %d, want 4", n)
+	}
+	// Released: the re-entry, the first owner's hold, the second's (the
+	// short lease was lost, not released).
+	if n, total := histogram(rm, dlockotel.MetricHoldDuration, mutex, dlockotel.AttrOutcome.String("released")); n != 3 || total <= 0 {
+		t.Errorf("hold durations: %d points summing %vs, want 3 > 0", n, total)
+	}
+	if m, ok := find(rm, dlockotel.MetricWaitDuration); !ok || m.Unit != "s" {
+		t.Errorf("wait duration metric %+v, want unit s", m)
+	}
+	for _, m := range []string{dlockotel.MetricAcquisitions, dlockotel.MetricHolds, dlockotel.MetricWaitDuration} {
+		mm, _ := find(rm, m)
+		var sets []attribute.Set
+		switch d := mm.Data.(type) {
+		case metricdata.Sum[int64]:
+			for _, p := range d.DataPoints {
+				sets = append(sets, p.Attributes)
+			}
+		case metricdata.Histogram[float64]:
+			for _, p := range d.DataPoints {
+				sets = append(sets, p.Attributes)
+			}
+		}
+		for _, set := range sets {
+			if set.HasValue(dlockotel.AttrName) {
+				t.Errorf("%s carries the lock name by default: %v", m, set.Encoded(attribute.DefaultEncoder()))
+			}
+		}
+	}
+}
+
+func TestTraces(t *testing.T) {
+	ctx := context.Background()
+	s := newSetup(t, nil)
+	name := "otel:" + t.Name()
+	m, err := s.client.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	callerCtx, caller := s.tp.Tracer("test").Start(ctx, "caller")
+	a, err := m.Lock(callerCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(callerCtx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := m.Lock(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock on a held lock until its deadline: %v", err)
+	}
+	if err := m.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+	caller.End()
+
+	spans := s.spans.Ended()
+	var locks []sdktrace.ReadOnlySpan
+	var callerSpan sdktrace.ReadOnlySpan
+	for _, sp := range spans {
+		switch sp.Name() {
+		case "dlock.Lock":
+			locks = append(locks, sp)
+		case "caller":
+			callerSpan = sp
+		}
+	}
+	if len(locks) != 2 || callerSpan == nil {
+		t.Fatalf("spans %v, want 2 dlock.Lock and the caller", spans)
+	}
+	for _, sp := range locks {
+		if sp.Parent().SpanID() != callerSpan.SpanContext().SpanID() {
+			t.Errorf("span %s: parent %v, want the caller's span", sp.Name(), sp.Parent().SpanID())
+		}
+		if !hasAttr(sp.Attributes(), dlockotel.AttrName.String(name)) || !hasAttr(sp.Attributes(), mutex) {
+			t.Errorf("span attributes %v, want the lock's name and kind", sp.Attributes())
+		}
+	}
+	if !hasAttr(locks[0].Attributes(), acquired) {
+		t.Errorf("first Lock's span: %v, want outcome acquired", locks[0].Attributes())
+	}
+	timedOut := locks[1]
+	if !hasAttr(timedOut.Attributes(), dlockotel.AttrOutcome.String("timeout")) || timedOut.Status().Code.String() != "Error" {
+		t.Errorf("timed-out Lock's span: %v %v, want outcome timeout and an error status", timedOut.Attributes(), timedOut.Status())
+	}
+	if ev := timedOut.Events(); len(ev) == 0 || ev[0].Name != "dlock.wait" || !hasAttr(ev[0].Attributes, dlockotel.AttrRound.Int(1)) {
+		t.Errorf("timed-out Lock's events %v, want dlock.wait round 1 first", ev)
+	}
+	var unlockEvent bool
+	for _, ev := range callerSpan.Events() {
+		unlockEvent = unlockEvent || ev.Name == "dlock.unlock"
+	}
+	if !unlockEvent {
+		t.Errorf("caller's span events %v, want dlock.unlock", callerSpan.Events())
+	}
+}
+
+func TestLockNameModes(t *testing.T) {
+	ctx := context.Background()
+	name := "otel:user@example.com"
+	sum := sha256.Sum256([]byte(name))
+	hashed := hex.EncodeToString(sum[:8])
+	for _, tc := range []struct {
+		mode dlockotel.NameMode
+		want string // "" when dropped
+	}{{dlockotel.NameAsIs, name}, {dlockotel.NameHashed, hashed}, {dlockotel.NameDropped, ""}} {
+		s := newSetup(t, []dlockotel.Option{dlockotel.WithLockName(tc.mode), dlockotel.WithMetricLockName(tc.mode)})
+		m, err := s.client.NewMutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Unlock(l); err != nil {
+			t.Fatal(err)
+		}
+		sp := s.spans.Ended()[0]
+		v, ok := attrValue(sp.Attributes(), dlockotel.AttrName)
+		if ok != (tc.want != "") || v != tc.want {
+			t.Errorf("mode %d: span name attribute %q (%v), want %q", tc.mode, v, ok, tc.want)
+		}
+		rm := s.collect(t)
+		if tc.want != "" && sum2(rm, dlockotel.AttrName.String(tc.want)) != 1 {
+			t.Errorf("mode %d: no acquisition counted under name %q", tc.mode, tc.want)
+		}
+		if strings.Contains(string(sp.Name()), name) {
+			t.Errorf("span name %q carries the lock name", sp.Name())
+		}
+	}
+}
+
+func sum2(rm metricdata.ResourceMetrics, kv attribute.KeyValue) int64 {
+	return sum(rm, dlockotel.MetricAcquisitions, kv)
+}
+
+func hasAttr(attrs []attribute.KeyValue, kv attribute.KeyValue) bool {
+	for _, a := range attrs {
+		if a == kv {
+			return true
+		}
+	}
+	return false
+}
+
+func attrValue(attrs []attribute.KeyValue, k attribute.Key) (string, bool) {
+	for _, a := range attrs {
+		if a.Key == k {
+			return a.Value.AsString(), true
+		}
+	}
+	return "", false
+}
