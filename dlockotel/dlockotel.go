@@ -37,26 +37,26 @@ const ScopeName = "github.com/dlock-go/dlock/dlockotel"
 // Metric names, in OpenTelemetry's semantic-convention style: a dotted
 // namespace, durations in seconds, counts with a {unit} annotation.
 const (
-	MetricWaitDuration    = "dlock.lock.wait.duration"    // histogram, s: time in Lock or TryLock; kind, outcome
-	MetricHoldDuration    = "dlock.lock.hold.duration"    // histogram, s: time from a Lock's return to its Unlock; kind, reentrant, outcome
-	MetricAcquisitions    = "dlock.lock.acquisitions"     // counter: successful Lock and TryLock calls; kind, reentrant
-	MetricFailures        = "dlock.lock.failures"         // counter: Lock and TryLock calls that did not get the lock; kind, outcome
-	MetricLost            = "dlock.lock.lost"             // counter: holds that ended without an Unlock; kind, cause
-	MetricHolds           = "dlock.lock.holds"            // up-down counter: holds (not counting re-entries) held now; kind
-	MetricWaiters         = "dlock.lock.waiters"          // up-down counter: Lock calls waiting now; kind
-	MetricRenewalDuration = "dlock.renewal.duration"      // histogram, s: watchdog renewal call latency; outcome
-	MetricRenewedLocks    = "dlock.renewal.locks"         // counter: holds renewed (or found lost) by the watchdog; outcome
-	MetricReconnects      = "dlock.pubsub.reconnects"     // counter: pub/sub connections found broken and reopened
+	MetricWaitDuration    = "dlock.lock.wait.duration" // histogram, s: time in Lock or TryLock; kind, outcome
+	MetricHoldDuration    = "dlock.lock.hold.duration" // histogram, s: time from a Lock's return to its Unlock; kind, reentrant, outcome
+	MetricAcquisitions    = "dlock.lock.acquisitions"  // counter: successful Lock and TryLock calls; kind, reentrant
+	MetricFailures        = "dlock.lock.failures"      // counter: Lock and TryLock calls that did not get the lock; kind, outcome
+	MetricLost            = "dlock.lock.lost"          // counter: holds that ended without an Unlock; kind, cause
+	MetricHolds           = "dlock.lock.holds"         // up-down counter: holds (not counting re-entries) held now; kind
+	MetricWaiters         = "dlock.lock.waiters"       // up-down counter: Lock calls waiting now; kind
+	MetricRenewalDuration = "dlock.renewal.duration"   // histogram, s: watchdog renewal call latency; outcome
+	MetricRenewedLocks    = "dlock.renewal.locks"      // counter: holds renewed (or found lost) by the watchdog; outcome
+	MetricReconnects      = "dlock.pubsub.reconnects"  // counter: pub/sub connections found broken and reopened
 	metricUnitSeconds     = "s"
 	spanLock, spanTryLock = "dlock.Lock", "dlock.TryLock" // span names
 )
 
 // Attribute keys.
 const (
-	AttrKind      = attribute.Key("dlock.lock.kind")      // mutex, fair, read, write, redlock
-	AttrName      = attribute.Key("dlock.lock.name")      // the lock's name, as set by WithLockName
-	AttrOutcome   = attribute.Key("dlock.lock.outcome")   // see Outcome values below
-	AttrReentrant = attribute.Key("dlock.lock.reentrant") // the owner held the lock already
+	AttrKind      = attribute.Key("dlock.lock.kind")       // mutex, fair, read, write, redlock
+	AttrName      = attribute.Key("dlock.lock.name")       // the lock's name, as set by WithLockName
+	AttrOutcome   = attribute.Key("dlock.lock.outcome")    // see Outcome values below
+	AttrReentrant = attribute.Key("dlock.lock.reentrant")  // the owner held the lock already
 	AttrCause     = attribute.Key("dlock.lock.lost.cause") // expired, rejected, closed, unlock
 	AttrRound     = attribute.Key("dlock.wait.round")      // span event: the sleep's number
 	AttrHolderTTL = attribute.Key("dlock.wait.holder_ttl") // span event: seconds the holder's lease had left
