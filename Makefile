@@ -3,15 +3,16 @@
 # Redis packages when missing.
 
 GO ?= go
-REDIS_PKGS := redis-server redis-sentinel redis-tools
+REDIS_PKGS := redis-server redis-sentinel redis-tools tmux
 
 .PHONY: all demo test bench soak mutate lint redis
 
 all: test
 
-# redis installs Redis with apt-get when redis-server is not on PATH.
+# redis installs Redis with apt-get when redis-server is not on PATH (and
+# tmux, which the test of dlock top drives).
 redis:
-	@command -v redis-server >/dev/null && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null || { \
+	@command -v redis-server >/dev/null && command -v redis-sentinel >/dev/null && command -v redis-cli >/dev/null && command -v tmux >/dev/null || { \
 		echo "installing $(REDIS_PKGS)"; \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(REDIS_PKGS) >/dev/null; }

@@ -21,6 +21,7 @@ Usage:
   dlock hold [flags] NAME                    hold lock NAME until interrupted; print its env
   dlock status [flags] NAME                  show who holds NAME: kind, holders, TTL, queue, token
   dlock list [flags] [PATTERN]               list the locks whose name matches PATTERN (default *)
+  dlock top [flags] [PATTERN]                a live view of those locks, most waited-for first
   dlock unlock --force [--yes] [flags] NAME  delete lock NAME whoever holds it
   dlock demo [flags]                         a live demo on a throwaway redis-server
   dlock version [--json]                     print version information (also --version, -V)
@@ -110,6 +111,7 @@ func commands() []command {
 		{"hold", holdUsage, (*cli).holdCmd},
 		{"status", statusUsage, (*cli).statusCmd},
 		{"list", listUsage, (*cli).listCmd},
+		{"top", topUsage, (*cli).topCmd},
 		{"unlock", unlockUsage, (*cli).unlockCmd},
 		{"demo", demoUsage, (*cli).demoCmd},
 		{"version", versionUsage, (*cli).versionCmd},

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// waitingClient starts a Lock on lock name from a Client of its own (so a
+// connection of its own subscribes), stopped when the test ends.
+func waitingClient(t *testing.T, name string, fair bool) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l interface {
+		Lock(context.Context) (context.Context, error)
+	}
+	if fair {
+		l, err = c.NewFairMutex(name)
+	} else {
+		l, err = c.NewMutex(name)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = l.Lock(ctx) // returns when cancelled
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = c.Close()
+		_ = rdb.Close()
+	})
+}
+
+// TestTopOnce: dlock top --once lists the matching locks with their
+// holder, hold count, lease and waiters, the most waited-for first; --json
+// gives the same for scripts.
+func TestTopOnce(t *testing.T) {
+	prefix := lockName(t) + ":"
+	rdb := newRedis(t)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	hot, _ := c.NewMutex(prefix + "hot")
+	cold, _ := c.NewMutex(prefix + "cold")
+	fair, _ := c.NewFairMutex(prefix + "fair")
+	hotCtx := mustLock(t, hot, ctx)
+	mustLock(t, hot, hotCtx) // held twice
+	coldCtx := mustLock(t, cold, ctx)
+	mustLock(t, fair, ctx)
+	// Two processes' worth of waiters on hot, one on the fair lock.
+	waitingClient(t, prefix+"hot", false)
+	waitingClient(t, prefix+"hot", false)
+	waitingClient(t, prefix+"fair", true)
+	eventually(t, 10*time.Second, func() error {
+		n := rdb.PubSubNumSub(ctx, "redisson_lock__channel:{"+prefix+"hot}").Val()["redisson_lock__channel:{"+prefix+"hot}"]
+		q := rdb.LLen(ctx, "redisson_lock_queue:{"+prefix+"fair}").Val()
+		if n != 2 || q != 1 {
+			return fmt.Errorf("%d subscribed to hot, %d queued for fair", n, q)
+		}
+		return nil
+	})
+
+	r := cliRun(t, "top", "--once", "--json", prefix+"*")
+	if r.code != 0 {
+		t.Fatalf("dlock top --once --json: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rows []topLock
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("%v in %s", err, r.stdout)
+	}
+	var got []string
+	for _, l := range rows {
+		got = append(got, fmt.Sprintf("%s %s holds=%d waiters=%d ttl>0=%v", strings.TrimPrefix(l.Name, prefix), l.Kind, l.Holds, l.Waiters, l.TTL != nil && *l.TTL > 0))
+	}
+	// dlock counts re-entries in the Client: Redis stores 1 per owner.
+	want := []string{
+		"hot mutex holds=1 waiters=2 ttl>0=true",
+		"fair fair holds=1 waiters=1 ttl>0=true",
+		"cold mutex holds=1 waiters=0 ttl>0=true",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if rows[0].Holders[0].Owner != c.ID()+":1" {
+		t.Errorf("hot's holder %q, want the first owner of client %s", rows[0].Holders[0].Owner, c.ID())
+	}
+
+	r = cliRun(t, "top", "--once", prefix+"*")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 6 {
+		t.Fatalf("dlock top --once: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+	if !strings.Contains(lines[0], "3 locks held, 3 waiters") {
+		t.Errorf("summary %q, want 3 locks held, 3 waiters", lines[0])
+	}
+	if !regexp.MustCompile(`^NAME +KIND +HOLDER +HOLDS +TTL +WAITERS$`).MatchString(lines[2]) {
+		t.Errorf("header %q", lines[2])
+	}
+	row := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix+"hot") + ` +mutex +` + regexp.QuoteMeta(c.ID()) + `:1 +1 +[0-9.]+s +2$`)
+	if !row.MatchString(lines[3]) {
+		t.Errorf("first row %q, want hot held by %s:1 with 2 waiters", lines[3], c.ID())
+	}
+	if err := cold.Unlock(coldCtx); err != nil {
+		t.Fatal(err)
+	}
+	if r := cliRun(t, "top", "--once", prefix+"cold"); r.code != 0 || !strings.Contains(r.stdout, "no locks match") {
+		t.Errorf("after cold's release: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+func TestTopUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"top", "--json"},
+		{"top", "a*", "b*"},
+		{"top", "--interval", "1ms"},
+	} {
+		if r := cliRun(t, args...); r.code != exitUsage {
+			t.Errorf("dlock %q: exit %d, stderr %q; want %d", args, r.code, r.stderr, exitUsage)
+		}
+	}
+}
+
+// tmux drives a tmux server of the test's own.
+type tmux struct {
+	t      *testing.T
+	socket string
+}
+
+func newTmux(t *testing.T) *tmux {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (make test installs it)")
+	}
+	tm := &tmux{t: t, socket: fmt.Sprintf("dlock-top-test-%d", os.Getpid())}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", tm.socket, "kill-server").Run() })
+	return tm
+}
+
+func (tm *tmux) run(args ...string) string {
+	tm.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", tm.socket}, args...)...).CombinedOutput()
+	if err != nil {
+		tm.t.Fatalf("tmux %q: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// await captures the pane until it matches every pattern, and returns it.
+func (tm *tmux) await(what string, patterns ...string) string {
+	tm.t.Helper()
+	var pane string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pane = tm.run("capture-pane", "-p", "-t", "top")
+		ok := true
+		for _, p := range patterns {
+			ok = ok && regexp.MustCompile(p).MatchString(pane)
+		}
+		if ok {
+			return pane
+		}
+		if time.Now().After(deadline) {
+			tm.t.Fatalf("pane never showed %s; last capture:\n%s", what, pane)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestTopTerminal runs dlock top in a real terminal (a tmux pane) while
+// dlock hold processes take, wait for and release locks, reads the
+// screen, and quits it with Ctrl-C.
+func TestTopTerminal(t *testing.T) {
+	tm := newTmux(t)
+	prefix := lockName(t) + ":"
+	hot, cold := prefix+"hot", prefix+"cold"
+
+	holder, vars, _ := holdProcess(t, false, hot)
+	holdProcess(t, false, cold)
+	w1, w1out, _ := dlockProcess(t, "hold", hot)
+	w2, w2out, _ := dlockProcess(t, "hold", hot)
+
+	cmd := fmt.Sprintf("env DLOCK_REDIS_URL=%s %s top --interval 200ms '%s*'; echo dlock-top-exit=$?; sleep 600", redisURL, dlockBin, prefix)
+	tm.run("new-session", "-d", "-s", "top", "-x", "160", "-y", "20", cmd)
+
+	q := regexp.QuoteMeta
+	pane := tm.await("hot with its holder and 2 waiters above cold",
+		`2 locks held, 2 waiters`,
+		`(?s)`+q(hot)+` +mutex +`+q(vars["DLOCK_OWNER"])+` +1 +[0-9.]+s +2 *\n`+q(cold)+` +mutex +\S+ +1 +[0-9.]+s +0`)
+	t.Logf("pane with two waiters:\n%s", pane)
+
+	// The holder ends its hold: a waiter takes the lock, one waits on.
+	if err := holder.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, holder); code != 0 {
+		t.Fatalf("holder exit %d", code)
+	}
+	var next string
+	eventually(t, 10*time.Second, func() error {
+		for _, out := range []*syncBuffer{w1out, w2out} {
+			if m := regexp.MustCompile(`DLOCK_OWNER=(\S+)`).FindStringSubmatch(out.String()); m != nil {
+				next = m[1]
+				return nil
+			}
+		}
+		return fmt.Errorf("no waiter holds the lock yet")
+	})
+	pane = tm.await("hot with the new holder and 1 waiter",
+		`2 locks held, 1 waiters`,
+		q(hot)+` +mutex +`+q(next)+` +1 +[0-9.]+s +1`)
+	t.Logf("pane after the hand-over:\n%s", pane)
+
+	// Ctrl-C ends dlock top with status 0 and gives the screen back.
+	tm.run("send-keys", "-t", "top", "C-c")
+	pane = tm.await("dlock top's exit", `dlock-top-exit=0`)
+	if strings.Contains(pane, "WAITERS") {
+		t.Errorf("the view stayed on screen after exit (alternate screen not left):\n%s", pane)
+	}
+	for _, w := range []*exec.Cmd{w1, w2} {
+		_ = w.Process.Signal(syscall.SIGTERM)
+		_ = w.Wait()
+	}
+}
+
+// mustLock takes l with ctx or fails the test.
+func mustLock(t *testing.T, l interface {
+	Lock(context.Context) (context.Context, error)
+}, ctx context.Context) context.Context {
+	t.Helper()
+	lctx, err := l.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lctx
+}
