@@ -46,7 +46,9 @@ type Client struct {
 
 // New returns a Client that uses rdb, the go-redis client the application
 // already has: a *redis.Client, *redis.ClusterClient or a failover (Sentinel)
-// client. dlock does not close rdb.
+// client. dlock does not close rdb. On a cluster, unless WithShardedPubSub
+// is given, New sends one PUBSUB SHARDNUMSUB to choose between sharded and
+// classic pub/sub as Redisson does, waiting at most 5 s for the answer.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch rdb := rdb.(type) {
 	case nil:

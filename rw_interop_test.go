@@ -39,8 +39,10 @@ func (s *rwSection) read(pause time.Duration) {
 
 // TestRedissonRWContention: Redisson readers and writers (lock(), their
 // watchdogs, unlock with its latch) and dlock ones share one read-write
-// lock: writers run alone, readers never beside a writer, and some holds
-// outlast both sides' lease.
+// lock: writers run alone, readers never beside a writer, and some read
+// and write holds on each side outlast both sides' lease, so that only
+// renewal (Redisson's LockTask and ReadLockTask, dlock's watchdog) keeps
+// them.
 func TestRedissonRWContention(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
@@ -65,7 +67,7 @@ func TestRedissonRWContention(t *testing.T) {
 					if kind == javaWriteLock {
 						s.write(pause(j == 0 && i == 3))
 					} else {
-						s.read(pause(false))
+						s.read(pause(j == 1 && i == 2))
 					}
 					jl.release(t, ctx, tid, stop)
 				}
@@ -91,7 +93,7 @@ func TestRedissonRWContention(t *testing.T) {
 					if write {
 						s.write(pause(g == 0 && i == 5))
 					} else {
-						s.read(pause(false))
+						s.read(pause(g == 1 && i == 4))
 					}
 					if err := l.Unlock(lc); err != nil {
 						t.Error(err)
