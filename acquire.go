@@ -439,13 +439,26 @@ func notObtained(name string, reason error) error {
 
 // gaveUp is the error for a wait that ctx ended; last is why the latest
 // attempt failed, if the kind said. The owner leaves the kind's queue.
+// When another lock context of this Client holds the lock, the error says
+// so: a caller that meant to re-enter passed the wrong context.
 func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
 	h.leave(req)
-	if last != nil {
-		return fmt.Errorf("%w: %q: %w (last attempt: %w)", ErrNotObtained, h.name, ctxErr(ctx), last)
+	err := ctxErr(ctx)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		err = fmt.Errorf("%w: %w", err, cause) // an ended lock context: ErrUnlocked, ErrLockLost
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotObtained, h.name, ctxErr(ctx))
+	if _, how := h.c.busyHere(h, req.owner); how == heldHere {
+		last = errHeldHere
+	}
+	if last != nil {
+		return fmt.Errorf("%w: %q: %w (%w)", ErrNotObtained, h.name, err, last)
+	}
+	return fmt.Errorf("%w: %q: %w", ErrNotObtained, h.name, err)
 }
+
+// errHeldHere says why a Lock waited out its deadline on a lock that this
+// Client holds.
+var errHeldHere = errors.New("this Client holds the lock through another lock context; to re-enter, pass that lock context (or one derived from it) to Lock")
 
 // ctxErr is ctx.Err(), counting a deadline that has passed as exceeded
 // even before ctx's timer has fired: a Redis client whose socket deadline

@@ -39,7 +39,7 @@ type Client struct {
 	holds  map[holdKey]*hold
 	busy   map[holdKey]*busy  // background operations per owner's hold
 	queues map[lockKey]*queue // per lock, waiters a release can hand it to
-	// holders maps a lock that hands over to this Client's hold on it.
+	// holders maps a lock to one of this Client's holds on it.
 	holders map[lockKey]*hold
 	closed  bool
 }
@@ -212,4 +212,25 @@ func newHub(rdb redis.UniversalClient, sharded bool) (string, *pubsub.Hub) {
 			cc.ReloadState)
 	}
 	return "publish", pubsub.New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
+}
+
+// Ping checks that Redis answers, for a service that wants to fail at
+// startup rather than at its first Lock. On a cluster it asks every master.
+// The error wraps ErrUnreachable and the Redis client's error.
+func (c *Client) Ping(ctx context.Context) error {
+	if c == nil {
+		return fmt.Errorf("%w: nil client", ErrInvalidOption)
+	}
+	var err error
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return node.Ping(ctx).Err()
+		})
+	} else {
+		err = c.rdb.Ping(ctx).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return nil
 }

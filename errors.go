@@ -43,6 +43,9 @@ var (
 	// that downgrade is allowed.)
 	ErrUpgrade = errors.New("dlock: cannot upgrade a read lock to a write lock")
 
+	// ErrUnreachable is returned by Client.Ping when Redis does not
+	// answer; the error wraps the Redis client's error too.
+	ErrUnreachable = errors.New("dlock: redis unreachable")
 	// ErrInvalidName is returned for an empty, too long or cluster-unsafe
 	// lock name.
 	ErrInvalidName = errors.New("dlock: invalid lock name")

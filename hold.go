@@ -110,9 +110,7 @@ func (c *Client) register(ctx context.Context, h *handle, req request, token int
 			c.lose(hd, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, hd.lease))
 		})
 		c.holds[k] = hd
-		if _, ok := h.kind.(handoffer); ok {
-			c.holders[h.queueKey()] = hd
-		}
+		c.holders[h.queueKey()] = hd
 		c.watchdog.Add(hd) // renews a watched hold, checks a fixed lease
 	} else {
 		hd.extend(start) // a re-entry set the lease again
@@ -230,5 +228,16 @@ func (c *Client) renewed(hd *hold, start time.Time) {
 	defer c.mu.Unlock()
 	if c.registered(hd) {
 		hd.extend(start)
+	}
+}
+
+// extended sets a hold's local deadline to valid after start, when Extend
+// set its lease at start.
+func (c *Client) extended(hd *hold, start time.Time, valid time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.registered(hd) {
+		hd.until = start.Add(valid)
+		hd.expiry.Reset(time.Until(hd.until))
 	}
 }

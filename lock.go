@@ -148,3 +148,45 @@ func (h *handle) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	return max(d, 0), nil
 }
+
+// Extend sets the lease of the hold that ctx stands for (a lock context
+// from Lock or TryLock, or a context derived from one) to lease from now,
+// if the owner still holds the lock: redsync's Extend, redislock's Refresh.
+// It is for holds with a fixed lease (WithLease); the watchdog renews the
+// others, and Extend refuses them with ErrInvalidOption. The lock context's
+// deadline for ErrLockLost moves with the lease. The error wraps ErrNotHeld
+// when the lock was lost (the lock context is then cancelled with
+// ErrLockLost).
+func (h *handle) Extend(ctx context.Context, lease time.Duration) error {
+	if err := h.check(ctx); err != nil {
+		return err
+	}
+	if lease < time.Millisecond || lease > MaxLease {
+		return fmt.Errorf("%w: lease %v is outside [1ms, %v]", ErrInvalidOption, lease, MaxLease)
+	}
+	acq, ok := ctx.Value(acqKey{h.c, h.kind.key(), h.kind.role()}).(*acquisition)
+	if !ok {
+		return fmt.Errorf("%w: %q: the context carries no hold of this lock", ErrNotHeld, h.name)
+	}
+	hd := acq.hold
+	if hd.watchdog {
+		return fmt.Errorf("%w: %q: the watchdog renews this hold; Extend is for holds with a fixed lease", ErrInvalidOption, h.name)
+	}
+	h.c.mu.Lock()
+	live := h.c.registered(hd) && !acq.unlocked
+	h.c.mu.Unlock()
+	if !live {
+		return fmt.Errorf("%w: %q: the hold was released or lost", ErrNotHeld, h.name)
+	}
+	start := time.Now()
+	alive, err := hd.kind.renewer().renew(ctx, h.c, lease, []*hold{hd})
+	switch {
+	case err != nil:
+		return fmt.Errorf("dlock: extend %q: %w", h.name, err)
+	case !alive[0]:
+		h.c.lose(hd, fmt.Errorf("%w: %q: gone when extended", ErrLockLost, h.name))
+		return fmt.Errorf("%w: %q: Redis no longer had it", ErrNotHeld, h.name)
+	}
+	h.c.extended(hd, start, validity(hd.kind, lease))
+	return nil
+}

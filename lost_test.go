@@ -108,7 +108,7 @@ func TestJavaReadRenewalCannotShortenReadHold(t *testing.T) {
 	lctx := mustLock(t, ctx, r)
 
 	const java = "java-uuid:1"
-	const javaLease = 1500 // ms
+	const javaLease = 1500                                       // ms
 	if err := admin.HSet(ctx, name, java, 1).Err(); err != nil { // a Java read hold
 		t.Fatal(err)
 	}

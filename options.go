@@ -43,7 +43,7 @@ func defaultConfig() config {
 	return config{
 		watchdogTimeout: DefaultWatchdogTimeout,
 		batchSize:       DefaultRenewalBatchSize,
-		logger:          slog.New(slog.DiscardHandler),
+		logger:          slog.Default(),
 	}
 }
 
@@ -72,8 +72,9 @@ func WithRenewalBatchSize(n int) Option {
 	return func(c *config) { c.batchSize = n }
 }
 
-// WithLogger sets where the Client logs renewal failures and lost locks.
-// The default discards everything.
+// WithLogger sets where the Client logs renewal failures, lost locks and
+// releases that needed retries. The default is slog.Default(); pass
+// slog.New(slog.DiscardHandler) to silence it.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
