@@ -42,6 +42,8 @@ type Client struct {
 	// holders maps a lock to one of this Client's holds on it.
 	holders map[lockKey]*hold
 	closed  bool
+
+	record *clientRecord // who this Client is, for dlock status (clientinfo.go)
 }
 
 // New returns a Client that uses rdb, the go-redis client the application
@@ -90,6 +92,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		queues:  map[lockKey]*queue{},
 		holders: map[lockKey]*hold{},
 	}
+	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
 	c.hub.OnReconnect = c.observeReconnect
 	c.hub.OnError = func(err error) {
@@ -126,6 +129,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	c.watchdog.Close()
+	c.record.close()
 	closePermits(c) // permit semaphores: renewer and permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {
@@ -145,6 +149,7 @@ func (c *Client) isClosed() bool {
 
 // newOwner returns an owner name no other acquisition anywhere uses.
 func (c *Client) newOwner() string {
+	c.record.touch() // the first lock attempt writes the holder record
 	return c.id + ":" + strconv.FormatUint(c.owners.Add(1), 10)
 }
 

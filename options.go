@@ -37,6 +37,7 @@ type config struct {
 	replicas        replicaSync // WithReplicaSync; off by default
 	shardedPubSub   *bool       // WithShardedPubSub; nil: probe the cluster (newHub)
 	obs             *observers  // WithObserver (observe.go); nil without
+	clientName      string      // WithClientName
 }
 
 func defaultConfig() config {
@@ -55,6 +56,8 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: renewal batch size %d is outside [1, 10000]", ErrInvalidOption, c.batchSize)
 	case c.logger == nil:
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+	case len(c.clientName) > maxClientName:
+		return fmt.Errorf("%w: client name of %d bytes is longer than %d", ErrInvalidOption, len(c.clientName), maxClientName)
 	}
 	return c.replicas.validate()
 }
@@ -77,6 +80,17 @@ func WithRenewalBatchSize(n int) Option {
 // slog.New(slog.DiscardHandler) to silence it.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
+}
+
+// WithClientName sets a label that tools show for the locks the Client
+// holds, next to its host, pid and program: dlock status, dlock list and
+// the dlock unlock prompt print it. It is stored in the Client's holder
+// record (the Redis hash "dlock:client:<clientID>", written at the first
+// lock attempt; see docs/how-it-works.md), which anyone who can read Redis
+// can read: do not put secrets in it. At most 256 bytes; the default is
+// none, and tools then show the program's name.
+func WithClientName(name string) Option {
+	return func(c *config) { c.clientName = name }
 }
 
 // WithReplicaSync makes every acquisition wait until at least n replicas of

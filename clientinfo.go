@@ -1,0 +1,167 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The holder record: one small Redis hash per Client, so that tools such as
+// dlock status can say which process holds a lock, at no cost per lock.
+//
+// A lock's owner field is "<clientID>:<n>"; the record of that Client is
+// the hash "dlock:client:<clientID>", with the fields below and a TTL.
+// Lock keys are untouched, so Redisson clients see no difference, and a
+// Client that never locks writes nothing.
+//
+// The record is written at the Client's first lock attempt (lazily, rather
+// than in New: a Client used only for semaphores, latches or nothing at
+// all then costs nothing) and rewritten, by one script call that sets the
+// fields and the TTL, every third of the watchdog timeout until Close,
+// which deletes it. Its TTL is the watchdog timeout, so the record of a
+// process that died goes away about when its watchdog-renewed locks do. It
+// is refreshed also while the Client holds no lock: a Lock may wait for
+// any length of time, and the record must be there when it gets the lock;
+// that costs one command per Client every ten seconds (by default), never
+// one per lock.
+//
+// The record is never required: when it cannot be written (an ACL without
+// its key pattern, an outage) locks work as before, the failure is logged
+// once, and tools show the holder as unknown.
+
+// clientRecordPrefix starts the key of every Client's holder record,
+// "dlock:client:<clientID>". To write its record a Client needs the key
+// pattern ~dlock:client:* (with EVALSHA, EVAL, HSET, PEXPIRE, DEL); a tool
+// that reads records needs HGETALL on it. cmd/dlock's layout.go mirrors
+// the key and the fields.
+const clientRecordPrefix = "dlock:client:"
+
+// The fields of a holder record; every value is a string.
+const (
+	recordHost    = "host"    // os.Hostname
+	recordPID     = "pid"     // os.Getpid, decimal
+	recordProgram = "program" // the base name of os.Args[0]
+	recordName    = "name"    // WithClientName's label; absent when none
+	recordStarted = "started" // when New returned the Client: RFC 3339, ms, UTC
+)
+
+// maxClientName is the longest label WithClientName accepts, in bytes.
+const maxClientName = 256
+
+// recordWrite sets a record's fields and its TTL in one call, so that a
+// record never lives without a TTL and one that expired or was deleted
+// comes back at the next refresh. KEYS[1] the record; ARGV[1] the TTL in
+// milliseconds, then field, value pairs.
+var recordWrite = redis.NewScript(`
+redis.call('hset', KEYS[1], unpack(ARGV, 2))
+redis.call('pexpire', KEYS[1], ARGV[1])
+return 1`)
+
+// clientRecord keeps one Client's holder record in Redis.
+type clientRecord struct {
+	rdb      redis.UniversalClient
+	key      string
+	ttl      time.Duration
+	args     []any // the script's ARGV
+	logger   func(err error)
+	started  atomic.Bool // the refresh loop was started
+	mu       sync.Mutex
+	stop     context.CancelFunc // nil until started, and after close
+	done     chan struct{}      // closed when the loop has returned
+	closed   bool
+	logged   atomic.Bool // a write failure was logged
+	interval time.Duration
+}
+
+// newClientRecord prepares the record of c; nothing is sent until touch.
+func newClientRecord(c *Client, now time.Time) *clientRecord {
+	host, _ := os.Hostname()
+	prog := ""
+	if len(os.Args) > 0 {
+		prog = filepath.Base(os.Args[0])
+	}
+	ttl := c.cfg.watchdogTimeout
+	args := []any{millis(ttl),
+		recordHost, host,
+		recordPID, strconv.Itoa(os.Getpid()),
+		recordProgram, prog,
+		recordStarted, now.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+	}
+	if c.cfg.clientName != "" {
+		args = append(args, recordName, c.cfg.clientName)
+	}
+	r := &clientRecord{rdb: c.rdb, key: clientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3}
+	r.logger = func(err error) {
+		if r.logged.CompareAndSwap(false, true) {
+			c.cfg.logger.Info("dlock: holder record not written; tools show this Client's locks as held by an unknown client",
+				"key", r.key, "error", err)
+		}
+	}
+	return r
+}
+
+// touch starts keeping the record, if it is not kept already: the first
+// lock attempt calls it. It does not wait for Redis.
+func (r *clientRecord) touch() {
+	if r.started.Load() || !r.started.CompareAndSwap(false, true) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	r.stop, r.done = stop, make(chan struct{})
+	go r.loop(ctx)
+}
+
+// loop writes the record now and again every interval until ctx ends.
+func (r *clientRecord) loop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		r.write(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// write sends the record's fields and TTL, giving up at the next refresh.
+func (r *clientRecord) write(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.interval)
+	defer cancel()
+	if err := recordWrite.Run(ctx, r.rdb, []string{r.key}, r.args...).Err(); err != nil && ctx.Err() == nil {
+		r.logger(fmt.Errorf("writing %s: %w", r.key, err))
+	}
+}
+
+// close stops the refresh and deletes the record, if it was ever written,
+// waiting at most about a second for Redis. A record whose delete fails
+// expires with its TTL.
+func (r *clientRecord) close() {
+	r.mu.Lock()
+	r.closed = true
+	stop, done := r.stop, r.done
+	r.stop = nil
+	r.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	stop()
+	<-done
+	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, r.ttl))
+	defer cancel()
+	_ = r.rdb.Del(ctx, r.key).Err()
+}
