@@ -44,6 +44,9 @@ func (c *cli) parseHold(args []string) (lockFlags, error) {
 		return a, usageError("hold: one lock NAME expected, got %d arguments; usage: dlock hold [flags] NAME", len(pos))
 	}
 	a.name = pos[0]
+	if !a.label.set {
+		a.label.s = "hold"
+	}
 	return a, a.check(c, "hold")
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,6 +21,8 @@ their kind, holders and lease left. Locks are found with SCAN, never KEYS,
 so listing does not block Redis; on a cluster every master is scanned. A
 lock is a hash whose fields are owners ("<uuid>:<n>") with hold counts (and
 a read-write lock's mode), so locks taken by Redisson (Java) are listed too.
+HELD BY is the first holder's program, host and pid as its dlock Client
+recorded them, or "unknown (another client)".
 A fair lock that is free but has waiters is not listed; dlock status shows it.
 
 Flags:
@@ -126,6 +129,7 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) (
 			locks = append(locks, st)
 		}
 	}
+	addClients(ctx, rdb, locks)
 	return locks, nil
 }
 
@@ -167,15 +171,35 @@ func printList(w io.Writer, pattern string, locks []lockState) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "NAME\tKIND\tHOLDERS\tLEASE LEFT\n")
+	fmt.Fprintf(tw, "NAME\tKIND\tHOLDERS\tLEASE LEFT\tHELD BY\n")
+	now := time.Now()
 	for _, st := range locks {
 		kind := st.Kind
 		if st.Mode != "" {
 			kind += " (" + st.Mode + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", st.Name, kind, holderSummary(st), durationText(*st.TTL))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, kind, holderSummary(st), durationText(*st.TTL), heldBy(st, now))
 	}
 	_ = tw.Flush()
+}
+
+// heldBy describes a lock's first holder (writers come first) for
+// list, and says how many other owners hold it.
+func heldBy(st lockState, now time.Time) string {
+	if len(st.Holders) == 0 {
+		return "-"
+	}
+	s := st.Holders[0].clientText(now, false)
+	others := map[string]bool{}
+	for _, h := range st.Holders[1:] {
+		if h.Owner != st.Holders[0].Owner {
+			others[h.Owner] = true
+		}
+	}
+	if n := len(others); n > 0 {
+		s += fmt.Sprintf(", +%d more", n)
+	}
+	return s
 }
 
 // holderSummary counts holders (by role on a read-write lock) and waiters.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
 )
@@ -53,6 +54,8 @@ var lockFlagsHelp = `  -w, --wait DURATION        give up after waiting DURATION
   --fencing                  take a fencing token, passed as DLOCK_TOKEN
   --watchdog DURATION        lease of a lock held without --lease; renewed every
                              third of it (default 30s)
+  --label TEXT               what dlock status and list show for this holder, with
+                             host and pid (default: COMMAND for run, "hold" for hold)
   -v                         say on stderr when the lock is taken and released
   --redis URL                the Redis deployment; 3 or 5 times for a RedLock
 `
@@ -76,6 +79,7 @@ type lockFlags struct {
 	fencing      bool
 	watchdog     time.Duration
 	verbose      bool
+	label        optString // the Client's name (WithClientName)
 	conn         *connFlags
 }
 
@@ -93,6 +97,7 @@ func (a *lockFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&a.fencing, "fencing", false, "")
 	fs.DurationVar(&a.watchdog, "watchdog", dlock.DefaultWatchdogTimeout, "")
 	fs.BoolVar(&a.verbose, "v", false, "")
+	fs.Var(&a.label, "label", "")
 }
 
 // check validates the flags once parsed, and reads the endpoints.
@@ -184,6 +189,9 @@ func (c *cli) parseRun(args []string) (runArgs, error) {
 	}
 	if a.grace < 0 {
 		return a, usageError("run: --grace must not be negative")
+	}
+	if !a.label.set {
+		a.label.s = commandLabel(a.argv)
 	}
 	return a, a.check(c, "run")
 }
@@ -293,7 +301,7 @@ func (e signalError) Error() string { return "interrupted by " + signalName(e.si
 // open connects to Redis and returns the session and the lock the flags
 // name.
 func (a *lockFlags) open(ctx context.Context, cmd string) (*session, locker, error) {
-	s, err := openSession(a.eps, dlock.WithWatchdogTimeout(a.watchdog))
+	s, err := openSession(a.eps, dlock.WithWatchdogTimeout(a.watchdog), dlock.WithClientName(a.label.s))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -307,6 +315,28 @@ func (a *lockFlags) open(ctx context.Context, cmd string) (*session, locker, err
 		return nil, nil, err
 	}
 	return s, lk, nil
+}
+
+// maxLabel is the longest label dlock sets from a command line, in bytes
+// (the library accepts 256).
+const maxLabel = 200
+
+// commandLabel is the label of a dlock run holder: its command line,
+// quoted for sh, cut to maxLabel bytes.
+func commandLabel(argv []string) string {
+	q := make([]string, len(argv))
+	for i, arg := range argv {
+		q[i] = shellQuote(arg)
+	}
+	s := strings.Join(q, " ")
+	if len(s) <= maxLabel {
+		return s
+	}
+	s = s[:maxLabel-len("...")]
+	for !utf8.ValidString(s) { // a cut rune
+		s = s[:len(s)-1]
+	}
+	return s + "..."
 }
 
 // lockVars are the variables that describe a hold: DLOCK_NAME,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 )
 
 var statusUsage = `Usage: dlock status [flags] NAME
@@ -15,6 +16,10 @@ Shows lock NAME as Redis has it: its kind (mutex, fair, rwlock), who holds
 it and how many times, the lease left, a read-write lock's mode and
 readers, a fair lock's queue with each waiter's deadline, and the last
 fencing token issued. Locks taken by Redisson (Java) show the same way.
+CLIENT is what a dlock holder's Client recorded about itself: program
+(and label: dlock run's command), host, pid and when it started; for
+Redisson, or a dlock holder whose record is gone, "unknown (another
+client)".
 
 Flags:
   --json        print JSON instead of a table
@@ -121,6 +126,7 @@ func inspectAll(ctx context.Context, s *session, name string) ([]lockState, erro
 		if err != nil {
 			return nil, redisError(fmt.Sprintf("reading lock %q on %s", name, s.eps[i].display), err)
 		}
+		addClients(ctx, rdb, []lockState{st})
 		states[i] = st
 	}
 	return states, nil
@@ -156,19 +162,20 @@ func printStatus(w io.Writer, st lockState) {
 	if len(st.Holders) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		now := time.Now()
 		if st.Kind == "rwlock" {
-			fmt.Fprintf(tw, "HOLDER\tROLE\tHOLDS\tLEASE LEFT\n")
+			fmt.Fprintf(tw, "HOLDER\tROLE\tHOLDS\tLEASE LEFT\tCLIENT\n")
 			for _, h := range st.Holders {
 				lease := "-"
 				if h.TTL != nil {
 					lease = durationText(*h.TTL)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", h.Owner, h.Role, h.Holds, lease)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", h.Owner, h.Role, h.Holds, lease, h.clientText(now, true))
 			}
 		} else {
-			fmt.Fprintf(tw, "HOLDER\tHOLDS\n")
+			fmt.Fprintf(tw, "HOLDER\tHOLDS\tCLIENT\n")
 			for _, h := range st.Holders {
-				fmt.Fprintf(tw, "%s\t%d\n", h.Owner, h.Holds)
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", h.Owner, h.Holds, h.clientText(now, true))
 			}
 		}
 		_ = tw.Flush()

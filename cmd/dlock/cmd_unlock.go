@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 var unlockUsage = `Usage: dlock unlock --force [--yes] [flags] NAME
@@ -13,7 +14,8 @@ Deletes lock NAME whoever holds it, and wakes its waiters: for a lock whose
 holder is stuck or gone (a crashed holder's lock also frees itself when its
 lease runs out). The holders are not told until their next renewal or
 unlock: a dlock run holding it stops its COMMAND then. Asks for
-confirmation on stdin unless --yes is given.
+confirmation on stdin unless --yes is given; the question names the
+holders, with the program, host and pid their dlock Clients recorded.
 
 Flags:
   --force       required: says you mean to take the lock from its holders
@@ -75,7 +77,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stdout, "lock %q is not held; nothing to unlock\n", name)
 		return nil
 	}
-	if !a.yes && !c.confirm(fmt.Sprintf("Delete lock %q, %s? [y/N] ", name, holdersText(st))) {
+	if !a.yes && !c.confirm(question(st)) {
 		return exitf(exitFailure, "unlock: not confirmed; lock %q left as it is", name)
 	}
 	lk, err := s.newLocker(forceKind(st), name)
@@ -104,6 +106,27 @@ func (c *cli) confirm(question string) bool {
 		return true
 	}
 	return false
+}
+
+// question is the unlock prompt: who holds the lock, with what their
+// dlock Clients recorded about themselves. Several holders are listed a
+// line each before the question.
+func question(st lockState) string {
+	now := time.Now()
+	if len(st.Holders) == 1 {
+		h := st.Holders[0]
+		return fmt.Sprintf("Delete lock %q, %s (%s)? [y/N] ", st.Name, holdersText(st), h.clientText(now, true))
+	}
+	var b strings.Builder
+	for _, h := range st.Holders {
+		role := ""
+		if h.Role != "" {
+			role = " (" + h.Role + ")"
+		}
+		fmt.Fprintf(&b, "  %s%s: %s\n", h.Owner, role, h.clientText(now, true))
+	}
+	fmt.Fprintf(&b, "Delete lock %q, %s? [y/N] ", st.Name, holdersText(st))
+	return b.String()
 }
 
 // holdersText summarises who holds a lock: "held by 2 owners",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -15,7 +17,8 @@ import (
 // next renewal.
 func TestUnlockForce(t *testing.T) {
 	name := lockName(t)
-	locks, err := dlock.New(newRedis(t), dlock.WithWatchdogTimeout(300*time.Millisecond))
+	rdb := newRedis(t)
+	locks, err := dlock.New(rdb, dlock.WithWatchdogTimeout(300*time.Millisecond), dlock.WithClientName("unlock test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,13 +32,18 @@ func TestUnlockForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner, _ := locks.Owner(lockCtx)
-	question := fmt.Sprintf("Delete lock %q, held by %s? [y/N] ", name, owner)
+	awaitRecord(t, rdb, locks.ID())
+	// The question names the holder's process, as its Client recorded it.
+	host, _ := os.Hostname()
+	question := regexp.QuoteMeta(fmt.Sprintf("Delete lock %q, held by %s (dlock.test \"unlock test\" on %s, pid %d, started ", name, owner, host, os.Getpid())) +
+		`[0-9T:-]+Z, [0-9.]+m?s ago\)\? \[y/N\] `
+	asks := regexp.MustCompile("^" + question)
 
 	for _, answer := range []string{"n\n", "", "maybe\n"} {
 		r := cliRunEnv(t, nil, answer, "unlock", "--force", name)
-		want := question + fmt.Sprintf("dlock: unlock: not confirmed; lock %q left as it is\n", name)
-		if r.code != exitFailure || r.stderr != want || r.stdout != "" {
-			t.Errorf("answer %q: exit %d, stdout %q, stderr %q; want %d, stderr %q", answer, r.code, r.stdout, r.stderr, exitFailure, want)
+		want := regexp.MustCompile("^" + question + regexp.QuoteMeta(fmt.Sprintf("dlock: unlock: not confirmed; lock %q left as it is\n", name)) + "$")
+		if r.code != exitFailure || !want.MatchString(r.stderr) || r.stdout != "" {
+			t.Errorf("answer %q: exit %d, stdout %q, stderr %q; want %d, stderr matching %q", answer, r.code, r.stdout, r.stderr, exitFailure, want)
 		}
 	}
 	if n, _ := m.HoldCount(lockCtx); n != 1 {
@@ -43,7 +51,7 @@ func TestUnlockForce(t *testing.T) {
 	}
 
 	r := cliRunEnv(t, nil, "y\n", "unlock", "--force", name)
-	if want := fmt.Sprintf("unlocked %q (held by %s)\n", name, owner); r.code != 0 || r.stdout != want || r.stderr != question {
+	if want := fmt.Sprintf("unlocked %q (held by %s)\n", name, owner); r.code != 0 || r.stdout != want || !asks.MatchString(r.stderr) {
 		t.Errorf("answer y: exit %d, stdout %q, stderr %q; want stdout %q", r.code, r.stdout, r.stderr, want)
 	}
 	select {

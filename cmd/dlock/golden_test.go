@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"flag"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func goldenLocks(t *testing.T, prefix string) {
 		}
 	})
 
-	locks, err := dlock.New(rdb)
+	locks, err := dlock.New(rdb, dlock.WithClientName("golden test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +59,7 @@ func goldenLocks(t *testing.T, prefix string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Unlock(inner); _ = m.Unlock(outer) })
+	awaitRecord(t, rdb, locks.ID()) // written in the background
 
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
@@ -163,6 +165,17 @@ func TestListGolden(t *testing.T) {
 	}
 }
 
+// awaitRecord waits until the holder record of the Client with id exists.
+func awaitRecord(t testing.TB, rdb *redis.Client, id string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		if rdb.Exists(context.Background(), clientRecordPrefix+id).Val() == 0 {
+			return fmt.Errorf("no holder record for client %s", id)
+		}
+		return nil
+	})
+}
+
 const zeroUUID = "00000000-0000-4000-8000-000000000000"
 
 // Output that changes from run to run: dlock's client UUIDs, and times.
@@ -172,10 +185,27 @@ var (
 	jsonTime  = regexp.MustCompile(`("(ttl_ms|deadline_ms|deadline_in_ms)": )[0-9]+`)
 )
 
+// Holder records: the host, pid and start time of the test process.
+var (
+	textPID     = regexp.MustCompile(`\bpid [0-9]+`)
+	jsonPID     = regexp.MustCompile(`("pid": )[0-9]+`)
+	startedTime = regexp.MustCompile(`[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z`)
+	timePadding = regexp.MustCompile(`<t>  +`)
+)
+
 // normalise makes output comparable: the random UUID of the test's dlock
 // Client becomes zeroUUID, of the same length so that columns stay
-// aligned (the fixed Redisson ones stay), and times become <t>.
+// aligned (the fixed Redisson ones stay), times become <t>, and the
+// holder's host, pid and start time <host>, <pid> and <time> (they come
+// last on their line).
 func normalise(s string) string {
+	if host, err := os.Hostname(); err == nil && host != "" {
+		s = strings.ReplaceAll(s, " on "+host+",", " on <host>,")
+		s = strings.ReplaceAll(s, `"host": "`+host+`"`, `"host": "<host>"`)
+	}
+	s = textPID.ReplaceAllString(s, "pid <pid>")
+	s = jsonPID.ReplaceAllString(s, "${1}<pid>")
+	s = startedTime.ReplaceAllString(s, "<time>")
 	s = dlockUUID.ReplaceAllStringFunc(s, func(u string) string {
 		if u == javaClient || u == javaOther {
 			return u
@@ -183,7 +213,10 @@ func normalise(s string) string {
 		return zeroUUID
 	})
 	s = jsonTime.ReplaceAllString(s, "${1}<t>")
-	return textTime.ReplaceAllString(s, "<t>")
+	s = textTime.ReplaceAllString(s, "<t>")
+	// A column after a time is padded to the width of the longest time
+	// printed, which varies.
+	return timePadding.ReplaceAllString(s, "<t>  ")
 }
 
 // checkGolden compares normalised output with testdata/<name>.golden, or

@@ -42,6 +42,12 @@ type holder struct {
 	// TTL is, for a read holder, the longest lease left among its holds
 	// (each read hold has its own), in milliseconds.
 	TTL *int64 `json:"ttl_ms,omitempty"`
+	// Client is what the holder's dlock Client wrote about itself (host,
+	// pid, program, label, start); absent for a Redisson client or a dlock
+	// Client whose record is gone or unreadable (addClients).
+	Client *clientInfo `json:"client,omitempty"`
+	// clientErr is why the record could not be read, if Redis refused.
+	clientErr string
 }
 
 // waiter is one owner in a fair lock's queue.

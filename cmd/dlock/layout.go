@@ -20,6 +20,20 @@ const (
 	rwTimeoutPart = "rwlock_timeout"
 )
 
+// A dlock Client's holder record, which the library writes at its first
+// lock attempt and deletes at Close (clientinfo.go there): the hash
+// "dlock:client:<clientID>" with these fields, all strings. Lock keys do
+// not point to it; an owner's client id (the part before the last colon)
+// names it.
+const (
+	clientRecordPrefix = "dlock:client:"
+	recordHost         = "host"
+	recordPID          = "pid"
+	recordProgram      = "program"
+	recordName         = "name"    // WithClientName; dlock run and hold: their command
+	recordStarted      = "started" // RFC 3339, when the Client was created
+)
+
 // ownerField matches an owner field: a UUID, a thread or owner number, and
 // for a write hold ":write".
 var ownerField = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+(:write)?$`)

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clientInfo is what a dlock Client's holder record says about the process
+// that holds a lock (the library's clientinfo.go writes it).
+type clientInfo struct {
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Program string `json:"program"`
+	// Name is the Client's label (WithClientName); dlock run and hold set
+	// it to their command.
+	Name string `json:"name,omitempty"`
+	// Started is when the holder's Client was created, RFC 3339.
+	Started string `json:"started"`
+}
+
+// unknownHolder is what a holder without a readable record is: a Redisson
+// client, or a dlock Client whose record is gone (it exited, or it could
+// not write the record).
+const unknownHolder = "unknown (another client)"
+
+// clientID is the id of the Client an owner name belongs to: the part
+// before its last colon ("<clientID>:<n>", Redisson's "<uuid>:<threadId>").
+func clientID(owner string) string {
+	if i := strings.LastIndexByte(owner, ':'); i > 0 {
+		return owner[:i]
+	}
+	return owner
+}
+
+// addClients fills in, for every holder of the locks, its Client's holder
+// record, read in one pipeline. A record that is missing or cannot be read
+// leaves the holder without one, and never fails the command: when Redis
+// refused the read, the holder keeps why, for the text output.
+func addClients(ctx context.Context, rdb redis.UniversalClient, locks []lockState) {
+	cmds := map[string]*redis.MapStringStringCmd{}
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, st := range locks {
+			for _, h := range st.Holders {
+				id := clientID(h.Owner)
+				if cmds[id] == nil {
+					cmds[id] = p.HGetAll(ctx, clientRecordPrefix+id)
+				}
+			}
+		}
+		return nil
+	})
+	for i := range locks {
+		for j := range locks[i].Holders {
+			h := &locks[i].Holders[j]
+			cmd := cmds[clientID(h.Owner)]
+			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				h.clientErr = err.Error()
+				continue
+			}
+			h.Client = parseRecord(cmd.Val())
+		}
+	}
+}
+
+// parseRecord reads a holder record's fields; nil when there is no record,
+// or when it lacks the host or pid.
+func parseRecord(f map[string]string) *clientInfo {
+	pid, err := strconv.Atoi(f[recordPID])
+	if err != nil || f[recordHost] == "" {
+		return nil
+	}
+	return &clientInfo{
+		Host:    f[recordHost],
+		PID:     pid,
+		Program: f[recordProgram],
+		Name:    f[recordName],
+		Started: f[recordStarted],
+	}
+}
+
+// clientText describes a holder for people: its program and label, host,
+// pid and when its Client started, long (status, the unlock prompt) or
+// short (list: when it started only as an age), or why it is unknown.
+// Text from Redis is printed with control characters escaped.
+func (h holder) clientText(now time.Time, long bool) string {
+	ci := h.Client
+	if ci == nil {
+		if h.clientErr != "" {
+			return "unknown (record not readable: " + printable(firstLine(h.clientErr)) + ")"
+		}
+		return unknownHolder
+	}
+	what := printable(ci.Program)
+	if what == "" {
+		what = "?"
+	}
+	if ci.Name != "" && ci.Name != ci.Program {
+		what += " " + strconv.Quote(ci.Name)
+	}
+	s := fmt.Sprintf("%s on %s, pid %d", what, printable(ci.Host), ci.PID)
+	started, err := time.Parse(time.RFC3339Nano, ci.Started)
+	switch {
+	case err != nil:
+	case long:
+		s += ", started " + started.UTC().Format(time.RFC3339) + ", " + agoText(now.Sub(started))
+	default:
+		s += ", started " + agoText(now.Sub(started))
+	}
+	return s
+}
+
+// agoText says how long ago something was: "3m12s ago".
+func agoText(d time.Duration) string {
+	if d < 0 {
+		return "just now" // by a clock behind the holder's
+	}
+	return durationText(d.Milliseconds()) + " ago"
+}
+
+// printable escapes control and other non-printable characters, so that
+// a record written by anyone cannot move the cursor or change colours.
+func printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
