@@ -100,7 +100,7 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 	r := &clientRecord{rdb: c.rdb, key: clientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3}
 	r.logger = func(err error) {
 		if r.logged.CompareAndSwap(false, true) {
-			c.cfg.logger.Info("dlock: holder record not written; tools show this Client's locks as held by an unknown client",
+			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client (an ACL needs ~dlock:client:*); locks are not affected",
 				"key", r.key, "error", err)
 		}
 	}

@@ -80,6 +80,14 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 		if all[i], err = listLocks(ctx, rdb, pattern); err != nil {
 			return redisError("list on "+s.eps[i].display, err)
 		}
+		// Records from this server first; a RedLock's are on the first.
+		order := []redis.UniversalClient{rdb}
+		for j, other := range s.rdbs {
+			if j != i {
+				order = append(order, other)
+			}
+		}
+		addClients(ctx, order, all[i])
 	}
 	if len(all) == 1 {
 		if a.asJSON {
@@ -129,7 +137,6 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) (
 			locks = append(locks, st)
 		}
 	}
-	addClients(ctx, rdb, locks)
 	return locks, nil
 }
 

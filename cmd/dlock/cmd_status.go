@@ -126,9 +126,10 @@ func inspectAll(ctx context.Context, s *session, name string) ([]lockState, erro
 		if err != nil {
 			return nil, redisError(fmt.Sprintf("reading lock %q on %s", name, s.eps[i].display), err)
 		}
-		addClients(ctx, rdb, []lockState{st})
 		states[i] = st
 	}
+	// A RedLock's holder has its record on the first server.
+	addClients(ctx, s.rdbs, states)
 	return states, nil
 }
 

@@ -40,31 +40,49 @@ func clientID(owner string) string {
 }
 
 // addClients fills in, for every holder of the locks, its Client's holder
-// record, read in one pipeline. A record that is missing or cannot be read
-// leaves the holder without one, and never fails the command: when Redis
-// refused the read, the holder keeps why, for the text output.
-func addClients(ctx context.Context, rdb redis.UniversalClient, locks []lockState) {
-	cmds := map[string]*redis.MapStringStringCmd{}
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, st := range locks {
-			for _, h := range st.Holders {
-				id := clientID(h.Owner)
-				if cmds[id] == nil {
-					cmds[id] = p.HGetAll(ctx, clientRecordPrefix+id)
+// record, read with one pipeline per server. The record is looked up on
+// rdbs in order: a RedLock's Client writes it on its first server only,
+// while its owner holds the lock on each. A record that is missing or
+// cannot be read leaves the holder without one, and never fails the
+// command: when Redis refused the read, the holder keeps why, for the
+// text output.
+func addClients(ctx context.Context, rdbs []redis.UniversalClient, locks []lockState) {
+	found := map[string]*clientInfo{}
+	refused := map[string]string{}
+	for _, rdb := range rdbs {
+		cmds := map[string]*redis.MapStringStringCmd{}
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, st := range locks {
+				for _, h := range st.Holders {
+					id := clientID(h.Owner)
+					if found[id] == nil && cmds[id] == nil {
+						cmds[id] = p.HGetAll(ctx, clientRecordPrefix+id)
+					}
 				}
 			}
+			return nil
+		})
+		for id, cmd := range cmds {
+			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				if _, ok := refused[id]; !ok {
+					refused[id] = err.Error()
+				}
+				continue
+			}
+			if ci := parseRecord(cmd.Val()); ci != nil {
+				found[id] = ci
+				delete(refused, id)
+			}
 		}
-		return nil
-	})
+		if len(cmds) == 0 {
+			break
+		}
+	}
 	for i := range locks {
 		for j := range locks[i].Holders {
 			h := &locks[i].Holders[j]
-			cmd := cmds[clientID(h.Owner)]
-			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				h.clientErr = err.Error()
-				continue
-			}
-			h.Client = parseRecord(cmd.Val())
+			id := clientID(h.Owner)
+			h.Client, h.clientErr = found[id], refused[id]
 		}
 	}
 }

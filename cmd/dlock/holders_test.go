@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // statusJSON runs dlock status --json NAME.
@@ -182,4 +184,40 @@ func TestClientTextEscapes(t *testing.T) {
 	if strings.ContainsAny(got, "\x1b\x07") {
 		t.Errorf("clientText %q has control characters", got)
 	}
+}
+
+// TestStatusRedLockHolder: a RedLock's Client writes its record on the
+// first server only; status describes the holder on every server.
+func TestStatusRedLockHolder(t *testing.T) {
+	servers := redistest.NewServers(t, 3)
+	var flags []string
+	for _, s := range servers {
+		flags = append(flags, "--redis", "redis://"+s.Addr())
+	}
+	name := "cli:redlock-holder"
+	cmd, _, _ := holdProcess(t, false, append(flags, name)...)
+	want := fmt.Sprintf(`dlock "hold" on %s, pid %d`, hostname(t), cmd.Process.Pid)
+	eventually(t, 10*time.Second, func() error {
+		r := cliRun(t, append(append([]string{"status"}, flags...), name)...)
+		if held, described := strings.Count(r.stdout, "state  held"), strings.Count(r.stdout, want); held < 2 || described != held {
+			return fmt.Errorf("status: held on %d servers, holder described on %d:\n%s", held, described, r.stdout)
+		}
+		r = cliRun(t, append(append([]string{"list"}, flags...), name)...)
+		if held, described := strings.Count(r.stdout, name+" "), strings.Count(r.stdout, want); held < 2 || described != held {
+			return fmt.Errorf("list: held on %d servers, holder described on %d:\n%s", held, described, r.stdout)
+		}
+		return nil
+	})
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	exitCode(t, cmd)
+}
+
+// hostname is os.Hostname, which the records hold.
+func hostname(t *testing.T) string {
+	t.Helper()
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
