@@ -38,20 +38,37 @@
 // Go has no thread id, so ownership travels in the lock context that Lock
 // returns. Pass it down the call chain: a Lock with it, or with a context
 // derived from it, re-enters the lock and increments the hold count, like a
-// Java thread taking an RLock again. Two goroutines that share a handle but
-// not the lock context are two owners and exclude each other. Each
-// successful Lock returns its own context; Unlock with it ends that context
-// with cause ErrUnlocked, and the lock is free when every hold is released.
+// Java thread taking an RLock again (the Client counts re-entries; Redis
+// only knows that the owner holds the lock). Two goroutines that share a
+// handle but not the lock context are two owners and exclude each other.
+// Each successful Lock returns its own context; Unlock with it ends that
+// context with cause ErrUnlocked, and the lock is free when every hold is
+// released.
+//
+// # Deadlines and failures
+//
+// A ctx deadline is the longest a Lock or TryLock waits, even when Redis
+// stops answering: cleanup (giving back a hold an abandoned attempt took,
+// leaving a fair queue) goes on in the background. Unlock returns by the
+// deadline of the context it is given (derive one from the lock context),
+// and a release that failed for a reason that may pass keeps being retried
+// in the background until the lease ends. A command that go-redis sends
+// again after a lost reply is never applied twice, and no request writes a
+// key of its own: a lock costs Redis its own keys only. Client.Ping checks
+// the connection at startup (ErrUnreachable).
 //
 // # Leases and the watchdog
 //
 // A lock taken without WithLease has a lease of the Client's watchdog
 // timeout (30 s by default), renewed by the Client's watchdog every third
 // of it, in batches, while the lock is held. WithLease gives a fixed lease
-// and no renewal. Either way the lock context is cancelled with cause
-// ErrLockLost (see context.Cause) when the lock is gone: deleted, expired,
-// taken over, or not renewed before its lease ran out on the local
-// monotonic clock. Work done under a lock should watch that context.
+// and no renewal (Extend moves it); the watchdog still checks such a hold
+// every interval. Either way the lock context is cancelled with cause
+// ErrLockLost (see context.Cause) within one interval of the lock being
+// gone (deleted, taken over), or when it was not renewed before its lease
+// ran out on the local monotonic clock, and the loss is logged
+// (slog.Default unless WithLogger). Work done under a lock should watch
+// that context.
 //
 // # What a lease lock can promise
 //
