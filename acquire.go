@@ -283,31 +283,9 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
 	} else {
 		w.timer.Reset(d)
 	}
-	var wake <-chan struct{} // nil: only the timer wakes a kind without a channel
-	switch ch := h.kind.channel(w.req.owner); {
-	case ch == "":
-	case w.sub == nil:
-		sub, err := w.subscribe(ctx, ch)
-		switch {
-		case err == nil && w.joined:
-			w.sub, wake = sub, sub.Wake()
-		case err == nil:
-			w.sub, wake = sub, sub.Ready()
-		case ctx.Err() != nil:
-			return grant{}, h.gaveUp(ctx, w.req, w.last)
-		case errors.Is(err, pubsub.ErrClosed):
-			return grant{}, ErrClosed // Close raced this Lock
-		default:
-			h.leave(w.req)
-			return grant{}, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
-		}
-	default:
-		wake = w.sub.Wake()
-		if w.place != nil {
-			w.h.c.mu.Lock()
-			w.place.subscribed = true
-			w.h.c.mu.Unlock()
-		}
+	wake, err := w.wakeUps(ctx)
+	if err != nil {
+		return grant{}, err
 	}
 	if g := w.wait(ctx, wake); g.ok {
 		return g, nil // the lock is ours even if ctx ended meanwhile
@@ -385,6 +363,41 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 			return g
 		}
 	}
+}
+
+// wakeUps returns the channel that wakes the waiter: nil for a kind
+// without unlock messages (only the timer wakes it); at the first sleep,
+// the new subscription's Ready (unless the Lock joined subscribed waiters
+// of this Client); after that, the unlock messages.
+func (w *waiter) wakeUps(ctx context.Context) (<-chan struct{}, error) {
+	h := w.h
+	ch := h.kind.channel(w.req.owner)
+	switch {
+	case ch == "":
+		return nil, nil
+	case w.sub != nil:
+		if w.place != nil {
+			h.c.mu.Lock()
+			w.place.subscribed = true
+			h.c.mu.Unlock()
+		}
+		return w.sub.Wake(), nil
+	}
+	sub, err := w.subscribe(ctx, ch)
+	switch {
+	case err == nil:
+		w.sub = sub
+		if w.joined {
+			return sub.Wake(), nil
+		}
+		return sub.Ready(), nil
+	case ctx.Err() != nil:
+		return nil, h.gaveUp(ctx, w.req, w.last)
+	case errors.Is(err, pubsub.ErrClosed):
+		return nil, ErrClosed // Close raced this Lock
+	}
+	h.leave(w.req)
+	return nil, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
 }
 
 // handedOver takes the waiter out of its lock's queue after a sleep and
