@@ -113,10 +113,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 // "<id>:<n>", the shape of Redisson's "<uuid>:<threadId>".
 func (c *Client) ID() string { return c.id }
 
-// Close stops the watchdog and the pub/sub connection. Locks still held are
-// not released: they expire when their lease runs out, and their lock
-// contexts are cancelled with cause ErrClosed. Waiting Lock calls return
-// ErrClosed. Close is idempotent.
+// Close stops the watchdog and the pub/sub connection, and deletes the
+// Client's holder record if it wrote one (see WithClientName). Locks still
+// held are not released: they expire when their lease runs out, and their
+// lock contexts are cancelled with cause ErrClosed. Waiting Lock calls
+// return ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -129,7 +130,6 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	c.watchdog.Close()
-	c.record.close()
 	closePermits(c) // permit semaphores: renewer and permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {
@@ -138,7 +138,9 @@ func (c *Client) Close() error {
 			a.cancel(ErrClosed)
 		}
 	}
-	return c.hub.Close()
+	err := c.hub.Close()
+	c.record.close() // last: it waits for one DEL
+	return err
 }
 
 func (c *Client) isClosed() bool {

@@ -148,8 +148,9 @@ func (r *clientRecord) write(ctx context.Context) {
 }
 
 // close stops the refresh and deletes the record, if it was ever written,
-// waiting at most about a second for Redis. A record whose delete fails
-// expires with its TTL.
+// with a context of at most a second (go-redis honours it with
+// ContextTimeoutEnabled; otherwise its read timeout bounds the wait). A
+// record whose delete fails expires with its TTL.
 func (r *clientRecord) close() {
 	r.mu.Lock()
 	r.closed = true

@@ -268,3 +268,44 @@ func TestWithClientNameTooLong(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// TestClientRecordOnCluster: on a cluster the record is written (one key,
+// in its own slot) while the Client holds locks in other slots, and Close
+// deletes it.
+func TestClientRecordOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx := context.Background()
+	rdb := newClusterRedis(t, sharedCluster(t), time.Second)
+	c, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ls []context.Context
+	var ms []*Mutex
+	for _, name := range []string{"{a}" + t.Name(), "{b}" + t.Name(), "{c}" + t.Name()} {
+		m := mustMutex(t, c, name)
+		ms = append(ms, m)
+		ls = append(ls, mustLock(t, ctx, m))
+	}
+	key := clientRecordPrefix + c.ID()
+	eventually(t, 5*time.Second, func() error {
+		if h := rdb.HGetAll(ctx, key).Val(); h[recordPID] != strconv.Itoa(os.Getpid()) {
+			return fmt.Errorf("record %v", h)
+		}
+		return nil
+	})
+	for i, m := range ms {
+		if err := m.Unlock(ls[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(ctx, key).Val(); n != 0 {
+		t.Error("record left after Close")
+	}
+}
