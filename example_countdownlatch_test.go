@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -26,17 +27,19 @@ func ExampleCountDownLatch() {
 	if _, err := ready.TrySetCount(ctx, 3); err != nil {
 		panic(err)
 	}
+	var workers sync.WaitGroup
 	for range 3 {
-		go func() {
+		workers.Go(func() {
 			// ... warm up ...
 			if _, err := ready.CountDown(ctx); err != nil {
 				fmt.Println(err)
 			}
-		}()
+		})
 	}
 	if err := ready.Await(ctx); err != nil { // until the count reaches 0
 		panic(err)
 	}
+	workers.Wait()
 	n, _ := ready.Count(ctx)
 	fmt.Println("all ready, count", n)
 	// Output: all ready, count 0
