@@ -119,7 +119,7 @@ func TestUnlockIsPerHold(t *testing.T) {
 	if err := b.Unlock(lb); err != nil {
 		t.Fatal(err)
 	}
-	if locked, _ := a.IsLocked(ctx); locked {
+	if isLocked(t, a) {
 		t.Error("a still locked")
 	}
 }

@@ -557,7 +557,7 @@ func TestFairLeaseAndWatchdog(t *testing.T) {
 			t.Fatalf("lock context ended: %v", context.Cause(wl))
 		}
 	}
-	if ttl, _ := waiter.TTL(ctx); ttl <= 0 {
+	if ttl, err := waiter.TTL(ctx); err != nil || ttl <= 0 {
 		t.Error("lock expired while the watchdog should renew it")
 	}
 	if err := waiter.Unlock(wl); err != nil {

@@ -153,7 +153,7 @@ func TestRWReentrancy(t *testing.T) {
 	if err := r.Unlock(r1); err != nil {
 		t.Fatal(err)
 	}
-	if locked, _ := r.IsLocked(ctx); locked {
+	if isLocked(t, r) {
 		t.Fatal("still locked after the last read Unlock")
 	}
 
@@ -162,13 +162,13 @@ func TestRWReentrancy(t *testing.T) {
 	if n, err := w.HoldCount(w2); n != 2 || err != nil {
 		t.Fatalf("write HoldCount = %d, %v; want 2", n, err)
 	}
-	if mode := c.rdb.HGet(ctx, name, "mode").Val(); mode != "write" {
-		t.Errorf("mode = %q, want write", mode)
+	if mode, err := c.rdb.HGet(ctx, name, "mode").Result(); mode != "write" || err != nil {
+		t.Errorf("mode = %q, %v; want write", mode, err)
 	}
 	if err := w.Unlock(w2); err != nil {
 		t.Fatal(err)
 	}
-	if locked, _ := w.IsLocked(ctx); !locked {
+	if !isLocked(t, w) {
 		t.Fatal("lock freed before the last write Unlock")
 	}
 	if err := w.Unlock(w1); err != nil {
@@ -206,8 +206,8 @@ func TestRWDowngrade(t *testing.T) {
 	if err := rw.WriteLock().Unlock(wl); err != nil {
 		t.Fatal(err)
 	}
-	if mode := c.rdb.HGet(ctx, name, "mode").Val(); mode != "read" {
-		t.Errorf("mode after the write unlock = %q, want read", mode)
+	if mode, err := c.rdb.HGet(ctx, name, "mode").Result(); mode != "read" || err != nil {
+		t.Errorf("mode after the write unlock = %q, %v; want read", mode, err)
 	}
 	ol := await(t, got, 5*time.Second, "waiting reader after the writer downgraded")
 	if _, err := other.WriteLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
@@ -219,7 +219,7 @@ func TestRWDowngrade(t *testing.T) {
 	if err := other.ReadLock().Unlock(ol); err != nil {
 		t.Fatal(err)
 	}
-	if locked, _ := rw.ReadLock().IsLocked(ctx); locked {
+	if isLocked(t, rw.ReadLock()) {
 		t.Error("still locked after every Unlock")
 	}
 }
@@ -296,8 +296,8 @@ func TestRWWriteUnlockWakesAllReaders(t *testing.T) {
 	}
 	// They all hold at once.
 	owner, _ := ownerFrom(held[0], readers[0].read.c)
-	if n := writer.read.c.rdb.HLen(ctx, name).Val(); n != int64(len(gots)+1) {
-		t.Errorf("lock hash has %d fields, want mode and %d readers (one is %s)", n, len(gots), owner)
+	if n, err := writer.read.c.rdb.HLen(ctx, name).Result(); n != int64(len(gots)+1) || err != nil {
+		t.Errorf("lock hash has %d fields (%v), want mode and %d readers (one is %s)", n, err, len(gots), owner)
 	}
 	for i, l := range held {
 		if l != nil {
@@ -320,14 +320,14 @@ func TestRWReadLeaseExpiry(t *testing.T) {
 	short := mustRW(t, c, name, WithLease(400*time.Millisecond))
 	ll := mustLock(t, ctx, long.ReadLock())
 	sl := mustLock(t, ctx, short.ReadLock())
-	if ttl, _ := short.ReadLock().TTL(ctx); ttl < 2*time.Second {
+	if ttl, err := short.ReadLock().TTL(ctx); err != nil || ttl < 2*time.Second {
 		t.Errorf("TTL %v after a short read hold: it must follow the longest (3 s)", ttl)
 	}
 	// With the long hold gone, the lock follows the short one.
 	if err := long.ReadLock().Unlock(ll); err != nil {
 		t.Fatal(err)
 	}
-	if ttl, _ := short.ReadLock().TTL(ctx); ttl <= 0 || ttl > 400*time.Millisecond {
+	if ttl, err := short.ReadLock().TTL(ctx); err != nil || ttl <= 0 || ttl > 400*time.Millisecond {
 		t.Errorf("TTL %v after the long hold's unlock, want (0, 400ms]", ttl)
 	}
 	wc := newClient(t, nil)
@@ -376,8 +376,8 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 	javaHold := holdKeyPrefix(name, java.owner(7)) + ":1"
 	goHold := holdKeyPrefix(name, owner) + ":1"
 	eventually(t, 5*time.Second, func() error {
-		if n := c.rdb.Exists(ctx, javaHold).Val(); n != 0 {
-			return errors.New("the dead reader's hold is still alive")
+		if n, err := c.rdb.Exists(ctx, javaHold).Result(); n != 0 || err != nil {
+			return fmt.Errorf("the dead reader's hold is still alive (%v)", err)
 		}
 		return nil
 	})
@@ -386,7 +386,7 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 		if rl.Err() != nil {
 			t.Fatalf("read lock context ended: %v", context.Cause(rl))
 		}
-		if c.rdb.PTTL(ctx, goHold).Val() <= 0 || c.rdb.PTTL(ctx, name).Val() <= 0 {
+		if pttl(t, c.rdb, goHold) <= 0 || pttl(t, c.rdb, name) <= 0 {
 			t.Fatal("the watchdog did not renew the read hold")
 		}
 	}
@@ -396,7 +396,7 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 	if err := rw.ReadLock().Unlock(rl); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.rdb.Exists(ctx, name).Val(); n != 0 {
+	if exists(t, c.rdb, name) {
 		t.Errorf("lock still there after the live reader left: %v", c.rdb.HGetAll(ctx, name).Val())
 	}
 	if n := c.watchdog.Len(); n != 0 {

@@ -81,7 +81,7 @@ func TestHold(t *testing.T) {
 			if stderr.String() != "" {
 				t.Errorf("stderr %q", stderr)
 			}
-			if n := rdb.Exists(t.Context(), name).Val(); n != 0 {
+			if exists(t, rdb, name) {
 				t.Error("lock still held after dlock hold exited")
 			}
 		})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,7 +49,7 @@ func TestRunExitCode(t *testing.T) {
 			if !strings.Contains(r.stderr, tc.stderr) || (tc.stderr == "" && r.stderr != "") {
 				t.Errorf("stderr %q, want %q", r.stderr, tc.stderr)
 			}
-			if n := rdb.Exists(t.Context(), name).Val(); n != 0 {
+			if exists(t, rdb, name) {
 				t.Errorf("lock still held after dlock run returned")
 			}
 		})
@@ -275,7 +274,7 @@ func TestRunForwardsSignals(t *testing.T) {
 	if b, _ := os.ReadFile(marks); string(b) != "started\ngot-TERM\n" {
 		t.Errorf("COMMAND's marks %q", b)
 	}
-	if n := newRedis(t).Exists(context.Background(), name).Val(); n != 0 {
+	if exists(t, newRedis(t), name) {
 		t.Error("lock still held after dlock exited")
 	}
 }

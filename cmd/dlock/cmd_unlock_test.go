@@ -46,8 +46,8 @@ func TestUnlockForce(t *testing.T) {
 			t.Errorf("answer %q: exit %d, stdout %q, stderr %q; want %d, stderr matching %q", answer, r.code, r.stdout, r.stderr, exitFailure, want)
 		}
 	}
-	if n, _ := m.HoldCount(lockCtx); n != 1 {
-		t.Fatalf("hold count %d after declined unlocks, want 1", n)
+	if n, err := m.HoldCount(lockCtx); n != 1 || err != nil {
+		t.Fatalf("hold count %d, %v after declined unlocks, want 1", n, err)
 	}
 
 	r := cliRunEnv(t, nil, "y\n", "unlock", "--force", name)
@@ -73,8 +73,8 @@ func TestUnlockForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = cliRun(t, "unlock", "--yes", "--force", name)
-	if r.code != 0 || r.stderr != "" || newRedis(t).Exists(t.Context(), name).Val() != 0 {
+	if r.code != 0 || r.stderr != "" || exists(t, newRedis(t), name) {
 		t.Errorf("--yes: exit %d, stderr %q, or the lock is still there", r.code, r.stderr)
 	}
-	<-other.Done()
+	awaitDone(t, other, 10*time.Second, "the second holder's lock context after the force unlock")
 }
