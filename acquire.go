@@ -220,11 +220,22 @@ func (h *handle) giveBack(req request) {
 	if req.reentry {
 		return
 	}
+	// The attempt may have run and set the lease, its reply lost with the
+	// connection (a Redis restart): a give-back that fails for a reason
+	// that may pass is sent again, as a release is (releaseRetry), until
+	// that lease has run out, or the lock would stay taken for a lease.
+	until := time.Now().Add(validity(h.kind, req.lease))
 	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		defer cancel()
-		if _, err := h.kind.release(ctx, req); err != nil {
-			h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
+		for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+			rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+			_, err := h.kind.release(rctx, req)
+			cancel()
+			if err == nil || !mayPass(err) || time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause) {
+				if err != nil {
+					h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
+				}
+				return
+			}
 		}
 	}))
 }

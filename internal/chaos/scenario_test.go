@@ -57,6 +57,7 @@ type outcome struct {
 	overlaps  int // double grants: holds that overlapped in time
 	reversals int // holds whose fencing token was not above an earlier one's
 	notes     []string
+	holds     []history.Hold
 }
 
 // env is the Redis side of a scenario.
@@ -199,7 +200,7 @@ func run(t *testing.T, sc scenario) outcome {
 	for _, h := range holds {
 		maxWait = max(maxWait, time.Duration(h.Wait))
 	}
-	o := outcome{acquired: total.Acquired, maxWait: maxWait, faults: nfaults}
+	o := outcome{acquired: total.Acquired, maxWait: maxWait, faults: nfaults, holds: holds}
 	for _, v := range violations {
 		if v.Reason == "overlap" {
 			o.overlaps++

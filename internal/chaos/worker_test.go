@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,10 @@ type workerConfig struct {
 	Fenced       bool          // write the resource with the fencing token
 	IgnoreLost   bool          // keep working after the lock context ends (a broken holder)
 	Pause        bool          // hold once, say so, and write after a pause (see TestPausedHolder)
+	// NoRetries turns off go-redis's own retries (of commands, and of
+	// dials but one), which would otherwise absorb an outage of up to
+	// about two seconds: errors reach dlock.
+	NoRetries bool
 	Out          string        // history file
 
 	// Topologies: a worker reaches the lock through Sentinel (master name
@@ -63,6 +68,9 @@ func lockClient(cfg workerConfig) redis.UniversalClient {
 			Addrs:       cfg.ClusterAddrs,
 			DialTimeout: dial, ReadTimeout: read, WriteTimeout: write,
 		})
+	}
+	if cfg.NoRetries {
+		return redis.NewClient(&redis.Options{Addr: cfg.LockAddr, MaxRetries: -1, DialerRetries: 1})
 	}
 	return redis.NewClient(&redis.Options{Addr: cfg.LockAddr})
 }
@@ -94,6 +102,9 @@ func runWorker(cfgJSON string) error {
 	lockRdb := lockClient(cfg)
 	resRdb := redis.NewClient(&redis.Options{Addr: cfg.ResourceAddr})
 	clientOpts := []dlock.Option{dlock.WithWatchdogTimeout(cfg.Watchdog)}
+	if os.Getenv("DLOCK_CHAOS_LOG") != "" { // dlock's warnings on stderr, for debugging
+		clientOpts = append(clientOpts, dlock.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	}
 	if cfg.ReplicaSync > 0 {
 		clientOpts = append(clientOpts, dlock.WithReplicaSync(cfg.ReplicaSync, cfg.ReplicaSyncTimeout))
 	}
