@@ -162,7 +162,7 @@ func TestRedisRestart(t *testing.T) {
 			}
 			o.notes = append(o.notes, fmt.Sprintf("watchdog %v; %d outages (kill to loaded) mean %v, longest %v; "+
 				"longest wait less the outages in it %v; longest an owner stayed in the lock, less outages, %v",
-				lease, len(outages), (sum / time.Duration(len(outages))).Round(time.Millisecond), longest.Round(time.Millisecond),
+				lease, len(outages), (sum/time.Duration(len(outages))).Round(time.Millisecond), longest.Round(time.Millisecond),
 				worstUp.Round(time.Millisecond), stuck.Round(time.Millisecond)))
 			t.Logf("%d owners' fields seen; the longest stayed %v, %v of it with Redis up", len(fields), stuckSpan, stuck)
 			if len(fields) == 0 {

@@ -40,7 +40,7 @@ type workerConfig struct {
 	// dials but one), which would otherwise absorb an outage of up to
 	// about two seconds: errors reach dlock.
 	NoRetries bool
-	Out          string        // history file
+	Out       string // history file
 
 	// Topologies: a worker reaches the lock through Sentinel (master name
 	// and sentinel addresses) or a cluster (node addresses) instead of
