@@ -553,7 +553,9 @@ func lossyRedis(t testing.TB, addr string, script *redis.Script, between func())
 		t.Fatal(err)
 	}
 	proxy := redistest.NewTestProxy(t, addr)
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3})
+	// One connection: a re-sent command must dial a new one (and so run
+	// between), not take another idle one from the pool.
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: 3, PoolSize: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	// Connect now: the replies to go-redis's handshake (HELLO) must not
 	// be the ones the proxy loses.
