@@ -256,8 +256,8 @@ func printTop(w io.Writer, pattern string, view []topServer, now time.Time) {
 			held++
 			waiting += l.Waiters
 		}
-		fmt.Fprintf(w, "dlock top - %s - %s - pattern %q: %d locks held, %d waiters\n\n",
-			now.Format("15:04:05"), srv.Redis, pattern, held, waiting)
+		fmt.Fprintf(w, "dlock top - %s - %s - pattern %q: %s held, %s\n\n",
+			now.Format("15:04:05"), srv.Redis, pattern, plural(int64(held), "lock"), plural(waiting, "waiter"))
 		if len(srv.Locks) == 0 {
 			fmt.Fprintf(w, "no locks match %q\n", pattern)
 			continue
@@ -299,4 +299,12 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// plural writes n things: "1 lock", "2 locks".
+func plural(n int64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.FormatInt(n, 10) + " " + thing + "s"
 }

@@ -228,7 +228,7 @@ func TestTopTerminal(t *testing.T) {
 		return fmt.Errorf("no waiter holds the lock yet")
 	})
 	pane = tm.await("hot with the new holder and 1 waiter",
-		`2 locks held, 1 waiters`,
+		`2 locks held, 1 waiter\b`,
 		q(hot)+` +mutex +`+q(next)+` +1 +[0-9.]+s +1`)
 	t.Logf("pane after the hand-over:\n%s", pane)
 
