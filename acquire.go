@@ -28,9 +28,10 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 	if err != nil {
 		return nil, err
 	}
-	w := waiter{h: h, req: req, hands: h.handsOver(req), ob: h.c.observeLock(ctx, h, try)}
+	w := waiter{h: h, req: req, hands: h.handsOver(req)}
 	defer w.stop()
-	defer func() { w.ob.done(lockCtx, err) }()
+	ob := h.c.observeLock(ctx, h, try) // observe.go; nil without observers
+	defer func() { ob.done(lockCtx, err) }()
 	for round := 0; ; round++ {
 		lockCtx, res, err := w.attemptFirst(ctx, round == 0 && !try)
 		switch {
@@ -42,7 +43,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 		case try:
 			return nil, notObtained(h.name, res.reason)
 		}
-		w.ob.sleeping(res)
+		ob.sleeping(res)
 		g, err := w.sleep(ctx, res)
 		switch {
 		case err != nil:
@@ -273,8 +274,6 @@ type waiter struct {
 	last     error // why the latest attempt failed, when the kind says
 	acquired bool  // the Lock succeeded: a wake-up it had was used
 	joined   bool  // joined subscribed waiters of this Client: no attempt after subscribing
-
-	ob *lockObs // the Lock's observer state (observe.go), nil without observers
 }
 
 // sleep waits after an attempt that found the lock held: until an unlock
