@@ -28,8 +28,11 @@ does not block Redis.
 WAITERS is a fair lock's queue length; for other locks it is the number of
 connections subscribed to the lock's unlock channel: one per process with
 waiting Lock calls (a dlock Client shares one connection among its
-waiters; Redisson likewise). HOLDER is the owner "<client id>:<n>"; more
-holders (readers) are counted after it.
+waiters; Redisson likewise). HOLDER is the first holder's owner field,
+"<client id>:<n>", its client id cut to 8 digits (--once --json has it
+whole). HELD BY is what that holder's dlock Client recorded about itself
+(program, host, pid, start) and how many other owners hold the lock, as
+in dlock list.
 
 Flags:
   --interval D  time between refreshes (default 1s)
@@ -168,6 +171,14 @@ func topView(ctx context.Context, s *session, pattern string) ([]topServer, erro
 		if err != nil {
 			return nil, redisError("top on "+s.eps[i].display, err)
 		}
+		// Holder records from this server first, as dlock list reads them.
+		order := []redis.UniversalClient{rdb}
+		for j, other := range s.rdbs {
+			if j != i {
+				order = append(order, other)
+			}
+		}
+		addClients(ctx, order, locks)
 		rows, err := withWaiters(ctx, rdb, locks)
 		if err != nil {
 			return nil, redisError("top on "+s.eps[i].display, err)
@@ -263,30 +274,30 @@ func printTop(w io.Writer, pattern string, view []topServer, now time.Time) {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "NAME\tKIND\tHOLDER\tHOLDS\tTTL\tWAITERS\n")
+		fmt.Fprintf(tw, "NAME\tKIND\tHOLDER\tHOLDS\tTTL\tWAITERS\tHELD BY\n")
 		for _, l := range srv.Locks {
 			kind := l.Kind
 			if l.Mode != "" {
 				kind += " (" + l.Mode + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\n", l.Name, kind, holderText(l.lockState), l.Holds, durationText(*l.TTL), l.Waiters)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", l.Name, kind, holderText(l.lockState), l.Holds, durationText(*l.TTL), l.Waiters, heldBy(l.lockState, now))
 		}
 		_ = tw.Flush()
 	}
 }
 
 // holderText names the first holder (the writer of a read-write lock
-// first) and counts the others.
+// first), its client id cut to 8 digits; HELD BY counts the others.
 func holderText(st lockState) string {
 	if len(st.Holders) == 0 {
 		return "-"
 	}
 	s := st.Holders[0].Owner
+	if id := clientID(s); len(id) == 36 && len(s) > 36 {
+		s = id[:8] + "…" + s[36:]
+	}
 	if r := st.Holders[0].Role; r != "" {
 		s += " (" + r + ")"
-	}
-	if more := len(st.Holders) - 1; more > 0 {
-		s += " +" + strconv.Itoa(more)
 	}
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,6 +83,7 @@ func TestTopOnce(t *testing.T) {
 		return nil
 	})
 
+	awaitRecord(t, rdb, c.ID()) // the holder record, written in the background
 	r := cliRun(t, "top", "--once", "--json", prefix+"*")
 	if r.code != 0 {
 		t.Fatalf("dlock top --once --json: exit %d, stderr %q", r.code, r.stderr)
@@ -115,10 +117,10 @@ func TestTopOnce(t *testing.T) {
 	if !strings.Contains(lines[0], "3 locks held, 3 waiters") {
 		t.Errorf("summary %q, want 3 locks held, 3 waiters", lines[0])
 	}
-	if !regexp.MustCompile(`^NAME +KIND +HOLDER +HOLDS +TTL +WAITERS$`).MatchString(lines[2]) {
+	if !regexp.MustCompile(`^NAME +KIND +HOLDER +HOLDS +TTL +WAITERS +HELD BY$`).MatchString(lines[2]) {
 		t.Errorf("header %q", lines[2])
 	}
-	row := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix+"hot") + ` +mutex +` + regexp.QuoteMeta(c.ID()) + `:1 +1 +[0-9.]+s +2$`)
+	row := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix+"hot") + ` +mutex +` + regexp.QuoteMeta(c.ID()[:8]+"…:1") + ` +1 +[0-9.]+s +2 +.* on \S+, pid ` + strconv.Itoa(os.Getpid()) + `\b`)
 	if !row.MatchString(lines[3]) {
 		t.Errorf("first row %q, want hot held by %s:1 with 2 waiters", lines[3], c.ID())
 	}
@@ -207,7 +209,7 @@ func TestTopTerminal(t *testing.T) {
 	q := regexp.QuoteMeta
 	pane := tm.await("hot with its holder and 2 waiters above cold",
 		`2 locks held, 2 waiters`,
-		`(?s)`+q(hot)+` +mutex +`+q(vars["DLOCK_OWNER"])+` +1 +[0-9.]+s +2 *\n`+q(cold)+` +mutex +\S+ +1 +[0-9.]+s +0`)
+		`(?s)`+q(hot)+` +mutex +`+q(short(vars["DLOCK_OWNER"]))+` +1 +[0-9.]+s +2 +dlock "hold" on \S+, pid `+strconv.Itoa(holder.Process.Pid)+`\b[^\n]*\n`+q(cold)+` +mutex +\S+ +1 +[0-9.]+s +0`)
 	t.Logf("pane with two waiters:\n%s", pane)
 
 	// The holder ends its hold: a waiter takes the lock, one waits on.
@@ -229,7 +231,7 @@ func TestTopTerminal(t *testing.T) {
 	})
 	pane = tm.await("hot with the new holder and 1 waiter",
 		`2 locks held, 1 waiter\b`,
-		q(hot)+` +mutex +`+q(next)+` +1 +[0-9.]+s +1`)
+		q(hot)+` +mutex +`+q(short(next))+` +1 +[0-9.]+s +1`)
 	t.Logf("pane after the hand-over:\n%s", pane)
 
 	// Ctrl-C ends dlock top with status 0 and gives the screen back.
@@ -255,3 +257,6 @@ func mustLock(t *testing.T, l interface {
 	}
 	return lctx
 }
+
+// short is how dlock top shows an owner: its client id cut to 8 digits.
+func short(owner string) string { return owner[:8] + "…" + owner[36:] }
