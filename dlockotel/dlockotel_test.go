@@ -363,3 +363,58 @@ func attrValue(attrs []attribute.KeyValue, k attribute.Key) (string, bool) {
 	}
 	return "", false
 }
+
+// TestLostAtUnlockAndReconnect: a lock deleted behind its holder's back
+// (fixed lease: no watchdog to notice) is counted lost with cause unlock
+// when Unlock finds it gone, and a killed pub/sub connection counts as a
+// reconnect.
+func TestLostAtUnlockAndReconnect(t *testing.T) {
+	ctx := context.Background()
+	s := newSetup(t, nil)
+	name := "otel:" + t.Name()
+	m, err := s.client.NewMutex(name, dlock.WithLease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter keeps a pub/sub connection open to be killed.
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = m.Lock(wctx)
+	}()
+	channel := "redisson_lock__channel:{" + name + "}"
+	eventually(t, "a subscribed waiter", func() bool {
+		return s.rdb.PubSubNumSub(ctx, channel).Val()[channel] == 1
+	})
+	if n, err := s.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n == 0 {
+		t.Fatalf("killing the pub/sub connection: %d, %v", n, err)
+	}
+	eventually(t, "a reconnect", func() bool { return sum(s.collect(t), dlockotel.MetricReconnects) >= 1 })
+	cancel()
+	<-done
+
+	if err := s.rdb.Del(ctx, name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(l); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Unlock of a deleted lock: %v", err)
+	}
+	rm := s.collect(t)
+	if n := sum(rm, dlockotel.MetricLost, mutex, dlockotel.AttrCause.String(dlockotel.CauseUnlock)); n != 1 {
+		t.Errorf("lost at unlock: %d, want 1", n)
+	}
+	if n, _ := histogram(rm, dlockotel.MetricHoldDuration, mutex, dlockotel.AttrOutcome.String(dlockotel.OutcomeNotHeld)); n != 1 {
+		t.Errorf("hold durations with outcome not_held: %d, want 1", n)
+	}
+	if n := sum(rm, dlockotel.MetricHolds); n != 0 {
+		t.Errorf("holds after the unlock: %d, want 0", n)
+	}
+	if n := sum(rm, dlockotel.MetricFailures, mutex, dlockotel.AttrOutcome.String("canceled")); n != 1 {
+		t.Errorf("cancelled waits: %d, want 1", n)
+	}
+}

@@ -22,7 +22,7 @@ var topUsage = `Usage: dlock top [flags] [PATTERN]
 A live view of the locks whose name matches PATTERN, a Redis glob (default
 *), like top or redis-cli --stat: each lock's kind, holder, hold count,
 lease left and waiters, the most waited-for first, refreshed every second
-until Ctrl-C. Locks are found with SCAN, as by dlock list, so the view
+until q or Ctrl-C (any other key refreshes at once). Locks are found with SCAN, as by dlock list, so the view
 does not block Redis.
 
 WAITERS is a fair lock's queue length; for other locks it is the number of
@@ -133,6 +133,12 @@ func (c *cli) topCmd(ctx context.Context, args []string) error {
 		fmt.Fprint(c.stdout, "\x1b[?1049h\x1b[?25l")
 		defer fmt.Fprint(c.stdout, "\x1b[?25h\x1b[?1049l")
 	}
+	var keys <-chan byte
+	if f, ok := c.stdin.(*os.File); ok && tty && isTerminal(f) {
+		var restore func()
+		keys, restore = topKeys(f)
+		defer restore()
+	}
 	tick := time.NewTicker(a.interval)
 	defer tick.Stop()
 	for {
@@ -157,6 +163,11 @@ func (c *cli) topCmd(ctx context.Context, args []string) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case k := <-keys:
+			if k == 'q' || k == 'Q' {
+				return nil
+			}
+			// Any other key refreshes now.
 		case <-tick.C:
 		}
 	}
@@ -303,7 +314,7 @@ func holderText(st lockState) string {
 }
 
 // isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
+func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -148,6 +148,7 @@ func TestTopUsage(t *testing.T) {
 type tmux struct {
 	t      *testing.T
 	socket string
+	target string // the session await reads
 }
 
 func newTmux(t *testing.T) *tmux {
@@ -155,7 +156,7 @@ func newTmux(t *testing.T) *tmux {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (make test installs it)")
 	}
-	tm := &tmux{t: t, socket: fmt.Sprintf("dlock-top-test-%d", os.Getpid())}
+	tm := &tmux{t: t, socket: fmt.Sprintf("dlock-top-test-%d", os.Getpid()), target: "top"}
 	t.Cleanup(func() { _ = exec.Command("tmux", "-L", tm.socket, "kill-server").Run() })
 	return tm
 }
@@ -175,7 +176,7 @@ func (tm *tmux) await(what string, patterns ...string) string {
 	var pane string
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		pane = tm.run("capture-pane", "-p", "-t", "top")
+		pane = tm.run("capture-pane", "-p", "-t", tm.target)
 		ok := true
 		for _, p := range patterns {
 			ok = ok && regexp.MustCompile(p).MatchString(pane)
@@ -239,6 +240,15 @@ func TestTopTerminal(t *testing.T) {
 	pane = tm.await("dlock top's exit", `dlock-top-exit=0`)
 	if strings.Contains(pane, "WAITERS") {
 		t.Errorf("the view stayed on screen after exit (alternate screen not left):\n%s", pane)
+	}
+	// q quits too.
+	tm.run("new-session", "-d", "-s", "q", "-x", "160", "-y", "20", cmd)
+	tm.target = "q"
+	tm.await("the view again", q(hot))
+	tm.run("send-keys", "-t", "q", "q")
+	pane = tm.await("dlock top's exit on q", `dlock-top-exit=0`)
+	if strings.Contains(pane, "WAITERS") {
+		t.Errorf("the view stayed on screen after q:\n%s", pane)
 	}
 	for _, w := range []*exec.Cmd{w1, w2} {
 		_ = w.Process.Signal(syscall.SIGTERM)
