@@ -78,6 +78,7 @@ type clientRecord struct {
 	closed   bool
 	logged   atomic.Bool // a write failure was logged
 	interval time.Duration
+	wrote    chan struct{} // closed once the first write has had its answer
 }
 
 // newClientRecord prepares the record of c; nothing is sent until touch.
@@ -97,7 +98,8 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 	if c.cfg.clientName != "" {
 		args = append(args, recordName, c.cfg.clientName)
 	}
-	r := &clientRecord{rdb: c.rdb, key: clientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3}
+	r := &clientRecord{rdb: c.rdb, key: clientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3,
+		wrote: make(chan struct{})}
 	r.logger = func(err error) {
 		if r.logged.CompareAndSwap(false, true) {
 			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client (an ACL needs ~dlock:client:*); locks are not affected",
@@ -128,12 +130,14 @@ func (r *clientRecord) loop(ctx context.Context) {
 	defer close(r.done)
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
+	r.write(ctx)
+	close(r.wrote)
 	for {
-		r.write(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			r.write(ctx)
 		}
 	}
 }

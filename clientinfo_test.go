@@ -42,6 +42,19 @@ func awaitRecord(t testing.TB, rdb *redis.Client, c *Client) map[string]string {
 	return h
 }
 
+// settleRecord writes c's holder record now and waits for the answer, for
+// tests that must know which command's reply a proxy loses: the record is
+// otherwise written in the background at the first lock attempt.
+func settleRecord(t testing.TB, c *Client) {
+	t.Helper()
+	c.record.touch()
+	select {
+	case <-c.record.wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("holder record not written within 10s")
+	}
+}
+
 // TestClientRecordWrittenAtFirstLock: New writes nothing; the first lock
 // attempt writes the record with the host, pid, program, label and start
 // time, and a TTL of the watchdog timeout.

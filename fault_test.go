@@ -56,6 +56,7 @@ func TestLostReplyIsNotAppliedTwice(t *testing.T) {
 		return n
 	}
 
+	settleRecord(t, c) // the replies lost must not be the holder record's
 	proxy.DropNextReply()
 	l1 := mustLock(t, ctx, m) // first acquire, reply lost once
 	if t1, _ := Token(l1); t1 != 1 || counter() != 1 {

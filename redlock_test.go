@@ -634,6 +634,7 @@ func TestRedLockForceUnlockLostReply(t *testing.T) {
 		next <- l
 	})
 	clients := append([]*Client{newClient(t, rdb)}, plain[1:]...)
+	settleRecord(t, clients[0]) // the reply lost must not be the holder record's
 	l := mustRedLock(t, clients, name, WithLease(time.Minute), WithNodeTimeout(5*time.Second))
 	mustLock(t, ctx, l)
 	// Lock returns at a quorum: node 0's reply may still be on its way,
