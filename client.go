@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/watchdog"
 	"github.com/redis/go-redis/v9"
@@ -215,7 +216,7 @@ func newHub(rdb redis.UniversalClient, sharded bool) (string, *pubsub.Hub) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok && sharded {
 		return "spublish", pubsub.NewSharded(
 			func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx) },
-			func(channel string) string { return strconv.Itoa(int(slot(channel))) },
+			func(channel string) string { return strconv.Itoa(int(layout.Slot(channel))) },
 			cc.ReloadState)
 	}
 	return "publish", pubsub.New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,22 +36,6 @@ import (
 // The record is never required: when it cannot be written (an ACL without
 // its key pattern, an outage) locks work as before, the failure is logged
 // once, and tools show the holder as unknown.
-
-// clientRecordPrefix starts the key of every Client's holder record,
-// "dlock:client:<clientID>". To write its record a Client needs the key
-// pattern ~dlock:client:* (with EVALSHA, EVAL, HSET, PEXPIRE, DEL); a tool
-// that reads records needs HGETALL on it. cmd/dlock's layout.go mirrors
-// the key and the fields.
-const clientRecordPrefix = "dlock:client:"
-
-// The fields of a holder record; every value is a string.
-const (
-	recordHost    = "host"    // os.Hostname
-	recordPID     = "pid"     // os.Getpid, decimal
-	recordProgram = "program" // the base name of os.Args[0]
-	recordName    = "name"    // WithClientName's label; absent when none
-	recordStarted = "started" // when New returned the Client: RFC 3339, ms, UTC
-)
 
 // maxClientName is the longest label WithClientName accepts, in bytes.
 const maxClientName = 256
@@ -90,15 +75,15 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 	}
 	ttl := c.cfg.watchdogTimeout
 	args := []any{millis(ttl),
-		recordHost, host,
-		recordPID, strconv.Itoa(os.Getpid()),
-		recordProgram, prog,
-		recordStarted, now.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		layout.RecordHost, host,
+		layout.RecordPID, strconv.Itoa(os.Getpid()),
+		layout.RecordProgram, prog,
+		layout.RecordStarted, now.UTC().Format("2006-01-02T15:04:05.000Z07:00"),
 	}
 	if c.cfg.clientName != "" {
-		args = append(args, recordName, c.cfg.clientName)
+		args = append(args, layout.RecordName, c.cfg.clientName)
 	}
-	r := &clientRecord{rdb: c.rdb, key: clientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3,
+	r := &clientRecord{rdb: c.rdb, key: layout.ClientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3,
 		wrote: make(chan struct{})}
 	r.logger = func(err error) {
 		if r.logged.CompareAndSwap(false, true) {

@@ -7,13 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
-
-// latchChannelPrefix names a latch's channel: Redisson writes it as
-// "redisson_countdownlatch__channel__{" + name + "}", braces always.
-const latchChannelPrefix = "redisson_countdownlatch__channel__"
 
 // CountDownLatch is a count-down latch in Redis with Redisson's
 // RCountDownLatch layout: the key name holds the count as a decimal
@@ -38,8 +35,8 @@ func (c *Client) NewCountDownLatch(name string) (*CountDownLatch, error) {
 	if err := newSync(c, name); err != nil {
 		return nil, err
 	}
-	channel := latchChannelPrefix + "{" + name + "}"
-	if c.cluster && slot(channel) != slot(name) {
+	channel := layout.LatchChannelPrefix + "{" + name + "}"
+	if c.cluster && layout.Slot(channel) != layout.Slot(name) {
 		return nil, fmt.Errorf("%w: %q: Redisson's latch channel %q would fall in another cluster slot; use a name without braces", ErrInvalidName, name, channel)
 	}
 	return &CountDownLatch{c: c, name: name, channel: channel}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -62,12 +63,6 @@ func (c *Client) NewFairMutex(name string, opts ...LockOption) (*FairMutex, erro
 	return &FairMutex{h}, nil
 }
 
-// Key prefixes of Redisson's fair lock.
-const (
-	fairQueuePrefix    = "redisson_lock_queue"
-	fairDeadlinePrefix = "redisson_lock_timeout"
-)
-
 // A waiter that gives up leaves the queue. dlock's waiters then wake the
 // next one, but Redisson's say nothing (acquireFailed), so dlock waiters
 // look for themselves: the waiter right behind the head checks at least
@@ -95,10 +90,10 @@ func newFairKind(c *Client, name string, wait time.Duration) *fairKind {
 	return &fairKind{
 		c:             c,
 		name:          name,
-		queue:         prefixName(fairQueuePrefix, name),
-		deadlines:     prefixName(fairDeadlinePrefix, name),
-		channelPrefix: prefixName(channelPrefix, name),
-		token:         prefixName(tokenPrefix, name),
+		queue:         layout.Prefixed(layout.QueuePrefix, name),
+		deadlines:     layout.Prefixed(layout.TimeoutPrefix, name),
+		channelPrefix: layout.Prefixed(layout.LockChannelPrefix, name),
+		token:         layout.Prefixed(layout.TokenPrefix, name),
 		wait:          millis(wait),
 	}
 }
@@ -127,6 +122,6 @@ func (k *fairKind) abandon(ctx context.Context, r request) error {
 }
 
 func (k *fairKind) forceRelease(ctx context.Context) (bool, error) {
-	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, releaseLatch(k.name, k.c.newRequest())}
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix, layout.UnlockLatch(k.name, k.c.newRequest())}
 	return k.c.forceScript(ctx, scripts.FairForceRelease, keys, unlockMessage, k.c.publish, k.wait)
 }

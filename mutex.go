@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -40,7 +41,7 @@ type mutexKind struct {
 }
 
 func newMutexKind(c *Client, name string) *mutexKind {
-	return &mutexKind{c: c, name: name, channelName: prefixName(channelPrefix, name), token: prefixName(tokenPrefix, name)}
+	return &mutexKind{c: c, name: name, channelName: layout.Prefixed(layout.LockChannelPrefix, name), token: layout.Prefixed(layout.TokenPrefix, name)}
 }
 
 func (k *mutexKind) key() string               { return k.name }
@@ -77,5 +78,5 @@ func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string,
 
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {
 	return k.c.forceScript(ctx, scripts.ForceRelease,
-		[]string{k.name, k.channelName, releaseLatch(k.name, k.c.newRequest())}, unlockMessage, k.c.publish)
+		[]string{k.name, k.channelName, layout.UnlockLatch(k.name, k.c.newRequest())}, unlockMessage, k.c.publish)
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
@@ -75,7 +76,7 @@ func (c *Client) NewPermitSemaphore(name string, opts ...PermitOption) (*PermitS
 	if err := newSync(c, name); err != nil {
 		return nil, err
 	}
-	s := &PermitSemaphore{c: c, name: name, timeouts: suffixName(name, "timeout"), channel: prefixName(semChannelPrefix, name)}
+	s := &PermitSemaphore{c: c, name: name, timeouts: layout.Suffixed(name, "timeout"), channel: layout.Prefixed(layout.SemChannelPrefix, name)}
 	for _, o := range opts {
 		o(s)
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,7 +36,7 @@ func (c *Client) renewGroup(hd *hold) string {
 		g += ":fixed"
 	}
 	if c.cluster {
-		g += ":" + strconv.Itoa(int(slot(hd.kind.key())))
+		g += ":" + strconv.Itoa(int(layout.Slot(hd.kind.key())))
 	}
 	return g
 }
@@ -100,7 +101,7 @@ func (readRenewer) renew(ctx context.Context, c *Client, lease time.Duration, ho
 			keep = max(time.Until(hd.until), 0)
 			c.mu.Unlock()
 		}
-		keys = append(keys, hd.kind.key(), holdKeyPrefix(hd.kind.key(), hd.owner))
+		keys = append(keys, hd.kind.key(), layout.ReadHoldPrefix(hd.kind.key(), hd.owner))
 		args = append(args, hd.owner, millis(keep))
 	}
 	return runRenewal(ctx, c, scripts.RWReadRenew, keys, args, len(holds))

@@ -3,9 +3,9 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
@@ -98,9 +98,6 @@ func (rw *RWMutex) WriteLock() *WriteLock { return rw.write }
 // Name returns the lock's name.
 func (rw *RWMutex) Name() string { return rw.read.name }
 
-// rwChannelPrefix names the channel of Redisson's read-write lock.
-const rwChannelPrefix = "redisson_rwlock"
-
 // rwNames holds the Redis names both halves of a read-write lock share.
 type rwNames struct {
 	c           *Client
@@ -110,7 +107,7 @@ type rwNames struct {
 }
 
 func newRWNames(c *Client, name string) rwNames {
-	return rwNames{c: c, name: name, channelName: prefixName(rwChannelPrefix, name), token: prefixName(tokenPrefix, name)}
+	return rwNames{c: c, name: name, channelName: layout.Prefixed(layout.RWChannelPrefix, name), token: layout.Prefixed(layout.TokenPrefix, name)}
 }
 
 func (n rwNames) key() string           { return n.name }
@@ -121,7 +118,7 @@ func (n rwNames) channel(string) string { return n.channelName }
 // lock, whose only waiters are writers, readUnlockMessage (wake all) after
 // a write lock.
 func (n rwNames) forceReleaseMode(ctx context.Context, mode, message string) (bool, error) {
-	keys := []string{n.name, n.channelName, releaseLatch(n.name, n.c.newRequest())}
+	keys := []string{n.name, n.channelName, layout.UnlockLatch(n.name, n.c.newRequest())}
 	return n.c.forceScript(ctx, scripts.RWForceRelease, keys, mode, message, n.c.publish)
 }
 
@@ -129,24 +126,6 @@ func (n rwNames) forceReleaseMode(ctx context.Context, mode, message string) (bo
 // also holds read locks: when that writer is a Redisson client, its write
 // unlock leaves the lock to readers without a message.
 const downgradePoll = 250 * time.Millisecond
-
-// hashTag is the part of the lock's companion keys that puts them in its
-// cluster slot: "{name}", or the name itself when it has a tag already.
-func hashTag(name string) string {
-	if strings.Contains(name, "{") {
-		return name
-	}
-	return "{" + name + "}"
-}
-
-// holdKeyPrefix is the prefix of owner's read hold keys on the lock:
-// hold k is <prefix>:k.
-func holdKeyPrefix(name, owner string) string {
-	return hashTag(name) + ":" + owner + ":rwlock_timeout"
-}
-
-// writeField is the hash field that counts owner's write holds.
-func writeField(owner string) string { return owner + ":write" }
 
 // readKind is the read half of a read-write lock.
 type readKind struct{ rwNames }
@@ -156,12 +135,12 @@ func (k *readKind) role() string              { return "read" }
 func (k *readKind) renewer() renewer          { return readRenewer{} }
 
 func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return k.c.acquireScript(ctx, r, scripts.RWReadAcquire, []string{k.name, holdKeyPrefix(k.name, r.owner), k.token},
-		millis(r.lease), r.owner, writeField(r.owner), fenceArg(r), millis(downgradePoll))
+	return k.c.acquireScript(ctx, r, scripts.RWReadAcquire, []string{k.name, layout.ReadHoldPrefix(k.name, r.owner), k.token},
+		millis(r.lease), r.owner, layout.WriteField(r.owner), fenceArg(r), millis(downgradePoll))
 }
 
 func (k *readKind) release(ctx context.Context, r request) (releaseResult, error) {
-	keys := []string{k.name, k.channelName, holdKeyPrefix(k.name, r.owner), hashTag(k.name)}
+	keys := []string{k.name, k.channelName, layout.ReadHoldPrefix(k.name, r.owner), layout.HashTag(k.name)}
 	return k.c.releaseScript(ctx, scripts.RWReadRelease, keys, unlockMessage, r.owner, k.c.publish)
 }
 
@@ -172,7 +151,7 @@ func (k *readKind) forceRelease(ctx context.Context) (bool, error) {
 // writeKind is the write half of a read-write lock.
 type writeKind struct{ rwNames }
 
-func (k *writeKind) field(owner string) string { return writeField(owner) }
+func (k *writeKind) field(owner string) string { return layout.WriteField(owner) }
 func (k *writeKind) role() string              { return "write" }
 func (k *writeKind) renewer() renewer          { return hashRenewer{} }
 
@@ -182,7 +161,7 @@ const upgradeRefused = -1
 
 func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	res, err := k.c.evalAcquire(ctx, r.check, scripts.RWWriteAcquire, []string{k.name, k.token},
-		millis(r.lease), writeField(r.owner), r.owner, fenceArg(r)).Int64Slice()
+		millis(r.lease), layout.WriteField(r.owner), r.owner, fenceArg(r)).Int64Slice()
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -194,7 +173,7 @@ func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, erro
 
 func (k *writeKind) release(ctx context.Context, r request) (releaseResult, error) {
 	return k.c.releaseScript(ctx, scripts.RWWriteRelease, []string{k.name, k.channelName},
-		readUnlockMessage, writeField(r.owner), k.c.publish)
+		readUnlockMessage, layout.WriteField(r.owner), k.c.publish)
 }
 
 func (k *writeKind) forceRelease(ctx context.Context) (bool, error) {

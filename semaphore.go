@@ -7,12 +7,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
-
-// semChannelPrefix names a semaphore's channel: redisson_sc:{name}.
-const semChannelPrefix = "redisson_sc"
 
 // Semaphore is a counting semaphore in Redis with Redisson's RSemaphore
 // layout: the key name holds the number of available permits as a decimal
@@ -40,7 +38,7 @@ func (c *Client) NewSemaphore(name string) (*Semaphore, error) {
 	if err := newSync(c, name); err != nil {
 		return nil, err
 	}
-	return &Semaphore{c: c, name: name, channel: prefixName(semChannelPrefix, name)}, nil
+	return &Semaphore{c: c, name: name, channel: layout.Prefixed(layout.SemChannelPrefix, name)}, nil
 }
 
 // Name returns the semaphore's name, which is also its Redis key.

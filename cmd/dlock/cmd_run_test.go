@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // TestRunExitCode checks that dlock run exits with COMMAND's status, 128+N
@@ -115,7 +116,7 @@ func TestRunTwoProcessesExclude(t *testing.T) {
 
 	second, _, secondErr := dlockProcess(t, "run", "--wait", "1m", name, "--", "sh", "-c", script, "sh", "B", log, release)
 	rdb := newRedis(t)
-	channel := "redisson_lock__channel:{" + name + "}"
+	channel := layout.Prefixed(layout.LockChannelPrefix, name)
 	eventually(t, 10*time.Second, func() error {
 		if n := rdb.PubSubNumSub(t.Context(), channel).Val()[channel]; n != 1 {
 			return fmt.Errorf("%d subscribers on %s, want the waiting dlock", n, channel)
@@ -289,7 +290,7 @@ func TestRunInterruptedWhileWaiting(t *testing.T) {
 
 	waiter, _, stderr := dlockProcess(t, "run", name, "--", "sh", "-c", `echo ran >> "$1"`, "sh", marks)
 	rdb := newRedis(t)
-	channel := "redisson_lock__channel:{" + name + "}"
+	channel := layout.Prefixed(layout.LockChannelPrefix, name)
 	eventually(t, 10*time.Second, func() error {
 		if n := rdb.PubSubNumSub(t.Context(), channel).Val()[channel]; n != 1 {
 			return fmt.Errorf("%d subscribers, want the waiting dlock", n)

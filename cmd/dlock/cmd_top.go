@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -236,9 +237,9 @@ func withWaiters(ctx context.Context, rdb redis.UniversalClient, locks []lockSta
 // names, which dlock shares).
 func lockChannel(st lockState) string {
 	if st.Kind == "rwlock" {
-		return prefixName("redisson_rwlock", st.Name)
+		return layout.Prefixed(layout.RWChannelPrefix, st.Name)
 	}
-	return prefixName("redisson_lock__channel", st.Name)
+	return layout.Prefixed(layout.LockChannelPrefix, st.Name)
 }
 
 // subscribers counts the subscriptions to each channel: classic and, on

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/layout"
 )
 
 // contention: worker-1 holds a lock while worker-2 and worker-3 wait;
@@ -20,7 +21,7 @@ func (d *demo) contention(ctx context.Context) error {
 			return err
 		}
 	}
-	channel := "redisson_lock__channel:{" + ms[0].Name() + "}"
+	channel := layout.Prefixed(layout.LockChannelPrefix, ms[0].Name())
 	var mu sync.Mutex
 	var unlocked time.Time // when the last holder unlocked
 	errs := make(chan error, len(ms))
@@ -96,7 +97,7 @@ func (d *demo) crash(ctx context.Context) error {
 		}
 		got <- err
 	}()
-	if err := d.waiters(ctx, "redisson_lock__channel:{"+job.Name()+"}", 1); err != nil {
+	if err := d.waiters(ctx, layout.Prefixed(layout.LockChannelPrefix, job.Name()), 1); err != nil {
 		return err
 	}
 	d.event("rescuer", "wants it: waits")
@@ -149,7 +150,7 @@ func (d *demo) fair(ctx context.Context) error {
 			}
 			errs <- err
 		}()
-		queue := "redisson_lock_queue:{" + name + "}"
+		queue := layout.Prefixed(layout.QueuePrefix, name)
 		if err := waitUntil(ctx, who+" queues", func() bool { return d.rdb.LLen(ctx, queue).Val() == int64(i+1) }); err != nil {
 			return err
 		}
@@ -197,7 +198,7 @@ func (d *demo) readWrite(ctx context.Context) error {
 		}
 		got <- err
 	}()
-	if err := d.waiters(ctx, "redisson_rwlock:{"+rws[0].ReadLock().Name()+"}", 1); err != nil {
+	if err := d.waiters(ctx, layout.Prefixed(layout.RWChannelPrefix, rws[0].ReadLock().Name()), 1); err != nil {
 		return err
 	}
 	d.event("writer", "wants the write lock: waits for both readers")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -74,25 +75,25 @@ func goldenLocks(t *testing.T, prefix string) {
 		read := prefix + "rw-read"
 		p.HSet(ctx, read, "mode", "read", javaClient+":57", 2, javaOther+":12", 1)
 		p.PExpire(ctx, read, hour)
-		p.Set(ctx, readTimeoutKey(read, javaClient+":57", 1), 1, hour)
-		p.Set(ctx, readTimeoutKey(read, javaClient+":57", 2), 1, 30*time.Minute)
-		p.Set(ctx, readTimeoutKey(read, javaOther+":12", 1), 1, 20*time.Minute)
+		p.Set(ctx, layout.ReadHoldKey(read, javaClient+":57", 1), 1, hour)
+		p.Set(ctx, layout.ReadHoldKey(read, javaClient+":57", 2), 1, 30*time.Minute)
+		p.Set(ctx, layout.ReadHoldKey(read, javaOther+":12", 1), 1, 20*time.Minute)
 
 		write := prefix + "rw-write"
 		p.HSet(ctx, write, "mode", "write", javaClient+":9:write", 1, javaClient+":9", 1)
 		p.PExpire(ctx, write, hour)
-		p.Set(ctx, readTimeoutKey(write, javaClient+":9", 1), 1, hour)
+		p.Set(ctx, layout.ReadHoldKey(write, javaClient+":9", 1), 1, hour)
 
 		fair := prefix + "fair"
 		p.HSet(ctx, fair, javaClient+":3", 1)
 		p.PExpire(ctx, fair, hour)
-		p.RPush(ctx, prefixName(queuePrefix, fair), javaOther+":4", javaClient+":5")
-		p.ZAdd(ctx, prefixName(timeoutPrefix, fair),
+		p.RPush(ctx, layout.Prefixed(layout.QueuePrefix, fair), javaOther+":4", javaClient+":5")
+		p.ZAdd(ctx, layout.Prefixed(layout.TimeoutPrefix, fair),
 			redis.Z{Score: float64(now.Add(65 * time.Minute).UnixMilli()), Member: javaOther + ":4"},
 			redis.Z{Score: float64(now.Add(70 * time.Minute).UnixMilli()), Member: javaClient + ":5"})
 
 		free := prefix + "free"
-		p.Set(ctx, prefixName(tokenPrefix, free), 7, 0)
+		p.Set(ctx, layout.Prefixed(layout.TokenPrefix, free), 7, 0)
 
 		p.HSet(ctx, prefix+"app-hash", "field", "value")
 		p.Set(ctx, prefix+"app-string", "value", 0)
@@ -169,7 +170,7 @@ func TestListGolden(t *testing.T) {
 func awaitRecord(t testing.TB, rdb *redis.Client, id string) {
 	t.Helper()
 	eventually(t, 10*time.Second, func() error {
-		if rdb.Exists(context.Background(), clientRecordPrefix+id).Val() == 0 {
+		if rdb.Exists(context.Background(), layout.ClientRecordPrefix+id).Val() == 0 {
 			return fmt.Errorf("no holder record for client %s", id)
 		}
 		return nil

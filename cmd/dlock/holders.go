@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,7 +57,7 @@ func addClients(ctx context.Context, rdbs []redis.UniversalClient, locks []lockS
 				for _, h := range st.Holders {
 					id := clientID(h.Owner)
 					if found[id] == nil && cmds[id] == nil {
-						cmds[id] = p.HGetAll(ctx, clientRecordPrefix+id)
+						cmds[id] = p.HGetAll(ctx, layout.ClientRecordPrefix+id)
 					}
 				}
 			}
@@ -90,16 +91,16 @@ func addClients(ctx context.Context, rdbs []redis.UniversalClient, locks []lockS
 // parseRecord reads a holder record's fields; nil when there is no record,
 // or when it lacks the host or pid.
 func parseRecord(f map[string]string) *clientInfo {
-	pid, err := strconv.Atoi(f[recordPID])
-	if err != nil || f[recordHost] == "" {
+	pid, err := strconv.Atoi(f[layout.RecordPID])
+	if err != nil || f[layout.RecordHost] == "" {
 		return nil
 	}
 	return &clientInfo{
-		Host:    f[recordHost],
+		Host:    f[layout.RecordHost],
 		PID:     pid,
-		Program: f[recordProgram],
-		Name:    f[recordName],
-		Started: f[recordStarted],
+		Program: f[layout.RecordProgram],
+		Name:    f[layout.RecordName],
+		Started: f[layout.RecordStarted],
 	}
 }
 

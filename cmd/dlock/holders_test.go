@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -95,7 +96,7 @@ func TestRecordGoneAfterCrash(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	eventually(t, 10*time.Second, func() error {
-		if rdb.Exists(ctx, clientRecordPrefix+id).Val() != 0 {
+		if rdb.Exists(ctx, layout.ClientRecordPrefix+id).Val() != 0 {
 			return fmt.Errorf("record of killed client %s still there", id)
 		}
 		return nil
@@ -122,7 +123,7 @@ func TestRecordDeletedAtExit(t *testing.T) {
 	if code := exitCode(t, cmd); code != 0 {
 		t.Fatalf("dlock hold exited %d", code)
 	}
-	if n := rdb.Exists(context.Background(), clientRecordPrefix+id).Val(); n != 0 {
+	if n := rdb.Exists(context.Background(), layout.ClientRecordPrefix+id).Val(); n != 0 {
 		t.Error("record still there after dlock hold exited")
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -67,7 +69,7 @@ var errNotALock = errors.New("not a lock")
 // each read is one pipeline, on a cluster too.
 func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockState, error) {
 	st := lockState{Name: name, Holders: []holder{}}
-	queueKey, timeoutKey := prefixName(queuePrefix, name), prefixName(timeoutPrefix, name)
+	queueKey, timeoutKey := layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)
 	var (
 		typ      *redis.StatusCmd
 		fields   *redis.MapStringStringCmd
@@ -81,7 +83,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockS
 		typ = p.Type(ctx, name)
 		fields = p.HGetAll(ctx, name)
 		pttl = p.PTTL(ctx, name)
-		token = p.Get(ctx, prefixName(tokenPrefix, name))
+		token = p.Get(ctx, layout.Prefixed(layout.TokenPrefix, name))
 		queue = p.LRange(ctx, queueKey, 0, -1)
 		timeouts = p.ZRangeWithScores(ctx, timeoutKey, 0, -1)
 		now = p.Time(ctx)
@@ -124,22 +126,22 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockS
 		return st, fmt.Errorf("%w: %q is a Redis hash whose fields are not lock owners (<uuid>:<n>) with hold counts", errNotALock, name)
 	}
 	switch {
-	case h[modeField] != "":
-		st.Kind, st.Mode = "rwlock", h[modeField]
+	case h[layout.ModeField] != "":
+		st.Kind, st.Mode = "rwlock", h[layout.ModeField]
 	case len(st.Queue) > 0 || len(timeouts.Val()) > 0:
 		st.Kind = "fair"
 	default:
 		st.Kind = "mutex"
 	}
 	for field, v := range h {
-		if field == modeField {
+		if field == layout.ModeField {
 			continue
 		}
 		n, _ := strconv.ParseInt(v, 10, 64)
 		hd := holder{Owner: field, Holds: n}
 		if st.Kind == "rwlock" {
 			hd.Role = "read"
-			if owner, ok := strings.CutSuffix(field, writeSuffix); ok {
+			if owner, ok := strings.CutSuffix(field, layout.WriteSuffix); ok {
 				hd.Owner, hd.Role = owner, "write"
 			}
 		}
@@ -171,7 +173,7 @@ func readLeases(ctx context.Context, rdb redis.UniversalClient, name string, hs 
 				continue
 			}
 			for k := 1; k <= int(min(hd.Holds, 1000)); k++ {
-				cmds[i] = append(cmds[i], p.PTTL(ctx, readTimeoutKey(name, hd.Owner, k)))
+				cmds[i] = append(cmds[i], p.PTTL(ctx, layout.ReadHoldKey(name, hd.Owner, k)))
 			}
 		}
 		return nil
@@ -203,7 +205,7 @@ func readLeases(ctx context.Context, rdb redis.UniversalClient, name string, hs 
 func isLockHash(h map[string]string) bool {
 	owners := 0
 	for f, v := range h {
-		if f == modeField {
+		if f == layout.ModeField {
 			if v != "read" && v != "write" {
 				return false
 			}
@@ -234,3 +236,7 @@ func durationText(ms int64) string {
 	}
 	return d.Round(time.Second).String()
 }
+
+// ownerField matches an owner field: a UUID, a thread or owner number, and
+// for a write hold ":write".
+var ownerField = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+(:write)?$`)

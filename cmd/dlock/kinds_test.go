@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -32,7 +33,7 @@ func TestRunReadersShareWriterWaits(t *testing.T) {
 	eventually(t, 10*time.Second, fileHas(log, "start R2"))
 
 	w, _, _ := dlockProcess(t, "run", "--kind", "write", name, "--", "sh", "-c", holdScript, "sh", "W", log, release)
-	waitSubscribers(t, "redisson_rwlock:{"+name+"}", 1)
+	waitSubscribers(t, layout.Prefixed(layout.RWChannelPrefix, name), 1)
 	r := cliRun(t, "status", name)
 	for _, want := range []string{"kind   rwlock, read mode", "  read  1      "} {
 		if !strings.Contains(r.stdout, want) {
@@ -67,7 +68,7 @@ func TestRunFairOrder(t *testing.T) {
 	holder, _, _ := dlockProcess(t, "run", "--kind", "fair", name, "--", "sh", "-c", holdScript, "sh", "A", log, release)
 	eventually(t, 10*time.Second, fileHas(log, "start A"))
 	rdb := newRedis(t)
-	queue := "redisson_lock_queue:{" + name + "}"
+	queue := layout.Prefixed(layout.QueuePrefix, name)
 	var waiters []interface{ Wait() error }
 	for i, id := range []string{"B", "C"} {
 		cmd, _, _ := dlockProcess(t, "run", "--kind", "fair", name, "--", "sh", "-c", holdScript, "sh", id, log, release)

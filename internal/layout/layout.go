@@ -1,0 +1,144 @@
+// Package layout is the one home of the Redis key layout dlock shares with
+// Redisson: the key prefixes, the rule that puts a lock's companion keys in
+// its hash slot, the slot function itself, lock-name validation, and the
+// fields of a dlock Client's holder record. The library writes this layout;
+// cmd/dlock and bench read it.
+//
+// A lock named N is a hash N whose fields are owners ("<uuid>:<threadId>",
+// dlock's "<clientID>:<n>") mapped to hold counts; a read-write lock adds a
+// "mode" field ("read" or "write") and names write holds "<owner>:write".
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// MaxNameLen bounds lock names in bytes; Redis would take 512 MB.
+const MaxNameLen = 1024
+
+// Key and channel prefixes shared with Redisson. A companion key is
+// Prefixed(prefix, name), except the latch channel, which Redisson writes
+// as LatchChannelPrefix + "{" + name + "}", braces always.
+const (
+	LockChannelPrefix  = "redisson_lock__channel"             // Mutex, FairMutex (":<owner>" per fair waiter)
+	RWChannelPrefix    = "redisson_rwlock"                    // RWMutex
+	TokenPrefix        = "redisson_lock_token"                // the fencing counter
+	UnlockLatchPrefix  = "redisson_unlock_latch"              // a force release's outcome
+	QueuePrefix        = "redisson_lock_queue"                // FairMutex's queue (a list)
+	TimeoutPrefix      = "redisson_lock_timeout"              // FairMutex's deadlines (a zset)
+	SemChannelPrefix   = "redisson_sc"                        // Semaphore, PermitSemaphore
+	LatchChannelPrefix = "redisson_countdownlatch__channel__" // CountDownLatch
+)
+
+// The lock hash's layout beyond owner fields.
+const (
+	ModeField     = "mode"           // a read-write lock's mode, "read" or "write"
+	WriteSuffix   = ":write"         // ends the field counting an owner's write holds
+	rwTimeoutPart = "rwlock_timeout" // names an owner's read hold keys
+)
+
+// A dlock Client's holder record: the hash ClientRecordPrefix+<clientID>
+// with these fields, every value a string. It is written at the Client's
+// first lock attempt and deleted at Close. Lock keys do not point to it;
+// an owner's client id (the part before the last colon) names it. To write
+// its record a Client needs the key pattern ~dlock:client:* (with EVALSHA,
+// EVAL, HSET, PEXPIRE, DEL); a tool that reads records needs HGETALL on it.
+const (
+	ClientRecordPrefix = "dlock:client:"
+	RecordHost         = "host"    // os.Hostname
+	RecordPID          = "pid"     // os.Getpid, decimal
+	RecordProgram      = "program" // the base name of os.Args[0]
+	RecordName         = "name"    // WithClientName's label; absent when none
+	RecordStarted      = "started" // when New returned the Client: RFC 3339, ms, UTC
+)
+
+// Prefixed is Redisson's rule for a companion key in front of the name:
+// "p:{name}", or "p:name" when the name already carries a hash tag.
+func Prefixed(prefix, name string) string {
+	return prefix + ":" + HashTag(name)
+}
+
+// Suffixed is Redisson's rule for a companion key after the name:
+// "{name}:s", or "name:s" when the name already carries a hash tag.
+func Suffixed(name, suffix string) string {
+	return HashTag(name) + ":" + suffix
+}
+
+// HashTag is the part of a lock's companion keys that puts them in its
+// cluster slot: "{name}", or the name itself when it has a tag already.
+func HashTag(name string) string {
+	if strings.Contains(name, "{") {
+		return name
+	}
+	return "{" + name + "}"
+}
+
+// WriteField is the lock hash field that counts owner's write holds.
+func WriteField(owner string) string { return owner + WriteSuffix }
+
+// ReadHoldPrefix is the prefix of owner's read hold keys on read-write
+// lock name: read hold k is "<prefix>:k", whose TTL is its lease.
+func ReadHoldPrefix(name, owner string) string {
+	return Suffixed(name, owner+":"+rwTimeoutPart)
+}
+
+// ReadHoldKey is the key of owner's read hold k on read-write lock name:
+// "{N}:<owner>:rwlock_timeout:<k>".
+func ReadHoldKey(name, owner string, k int) string {
+	return ReadHoldPrefix(name, owner) + ":" + strconv.Itoa(k)
+}
+
+// UnlockLatch is the key under which a force release records its outcome
+// until its reply is in (Redisson's unlock latch).
+func UnlockLatch(name, request string) string {
+	return Prefixed(UnlockLatchPrefix, name) + ":" + request
+}
+
+// CheckName returns why Redis or a cluster cannot serve name as one lock,
+// or nil: empty, longer than MaxNameLen, or such that the companion-key
+// rule would put a companion key in another hash slot ("a}b", "x{}").
+// The library wraps the reason in its ErrInvalidName.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty name")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%d bytes, more than %d", len(name), MaxNameLen)
+	}
+	s := Slot(name)
+	if Slot(Prefixed("p", name)) != s || Slot(Suffixed(name, "s")) != s {
+		return fmt.Errorf("%q: its companion keys would fall in another cluster slot; use balanced braces with a non-empty {tag}", name)
+	}
+	return nil
+}
+
+// Slot is the Redis Cluster hash slot of key: CRC16 of its hash tag (the
+// bytes between the first "{" and the next "}", if not empty) or of the
+// whole key, modulo 16384.
+func Slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) % 16384
+}
+
+// crc16 is CRC-16/XMODEM, the checksum Redis Cluster uses.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
