@@ -156,15 +156,15 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
-	admin := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer srv.Close()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer admin.Close()
 
 	begin := monoNow() + int64(cfg.spawn)
 	t0 := begin + int64(cfg.warm)
 	t1 := t0 + int64(cfg.hotWindow)
 	j := job{
-		Mode: "hot", Lib: l.id, Addr: srv.addr, Clients: cfg.clients, Goroutines: cfg.perClient,
+		Mode: "hot", Lib: l.id, Addr: srv.Addr(), Clients: cfg.clients, Goroutines: cfg.perClient,
 		Begin: begin, T0: t0, T1: t1, Work: cfg.work, Think: cfg.think, PerIter: cfg.burner.perIter,
 	}
 	if cfg.profileDir != "" {
@@ -184,7 +184,7 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 		}
 	}()
 	w := &hotWorkerResult{}
-	left, err := runOn([]string{srv.addr}, []job{j}, []any{w})
+	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{w})
 	<-sampled
 	if err != nil {
 		return nil, err

@@ -2,111 +2,27 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisserver"
 	"github.com/redis/go-redis/v9"
 )
 
-// redisServer is a throwaway redis-server child process on loopback with
-// its own temporary directory and no persistence.
-type redisServer struct {
-	cmd  *exec.Cmd
-	dir  string
-	addr string
-	done chan struct{}
-}
-
-// startRedis starts a redis-server on a free port and waits until it
-// answers PING. A port taken between choosing and binding is retried.
-func startRedis() (*redisServer, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, fmt.Errorf("bench: redis-server not on PATH (make redis installs it): %w", err)
-	}
-	var last error
-	for range 5 {
-		s, err := tryStartRedis(bin)
-		if err == nil {
-			return s, nil
-		}
-		last = err
-	}
-	return nil, last
-}
-
-func tryStartRedis(bin string) (*redisServer, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "dlockbench-redis-")
-	if err != nil {
-		return nil, err
-	}
-	log, err := os.Create(filepath.Join(dir, "redis.log"))
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	defer log.Close()
-	cmd := exec.Command(bin,
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		// Room for the waiter-scale scenario's polling clients.
-		"--maxclients", "20000")
-	cmd.Stdout, cmd.Stderr = log, log
-	// The server dies with the bench program, even if that is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	s := &redisServer{cmd: cmd, dir: dir, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	rdb := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
-	defer rdb.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if err := rdb.Ping(context.Background()).Err(); err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.done:
-			out, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("bench: redis-server exited at start:\n%s", out)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, errors.New("bench: redis-server did not answer within 10s")
-		}
-	}
-}
-
-// stop kills the server and removes its directory.
-func (s *redisServer) stop() {
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	_ = os.RemoveAll(s.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+// startRedis starts a throwaway redis-server on a free loopback port,
+// without persistence, and waits until it answers. The caller must Close it.
+func startRedis() (*redisserver.Server, error) {
+	return redisserver.Start(context.Background(), redisserver.Config{
+		TempPrefix: "dlockbench-redis-",
+		Args: func(dir string, port int) ([]string, error) {
+			// Room for the waiter-scale scenario's polling clients.
+			return redisserver.Args(dir, port, "--maxclients", "20000"), nil
+		},
+	})
 }
 
 // redisVersion returns the version redis-server reports.

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisserver"
 	"github.com/go-redsync/redsync/v4"
 	redsyncpool "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -140,39 +140,17 @@ type redlockResult struct {
 	*uncontendedResult
 }
 
-// startRedisN starts n independent servers at once.
-func startRedisN(n int) ([]*redisServer, error) {
-	srvs := make([]*redisServer, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { srvs[i], errs[i] = startRedis() })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			for _, s := range srvs {
-				if s != nil {
-					s.stop()
-				}
-			}
-			return nil, fmt.Errorf("bench: server %d of %d: %w", i+1, n, err)
-		}
-	}
-	return srvs, nil
-}
-
 // runRedlock measures one library on n fresh servers at one concurrency in
 // one worker process.
 func runRedlock(cfg config, l redLib, n, goroutines, round int) (*uncontendedResult, error) {
-	srvs, err := startRedisN(n)
+	srvs, err := redisserver.StartMany(n, func(int) (*redisserver.Server, error) { return startRedis() })
 	if err != nil {
 		return nil, err
 	}
+	defer redisserver.CloseAll(srvs)
 	addrs := make([]string, n)
 	for i, s := range srvs {
-		addrs[i] = s.addr
-		defer s.stop()
+		addrs[i] = s.Addr()
 	}
 	begin := monoNow() + int64(cfg.spawn)
 	t0 := begin + int64(cfg.redWarm)

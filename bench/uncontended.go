@@ -145,16 +145,16 @@ func runUncontended(cfg config, l lib, goroutines, round int) (*uncontendedResul
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
+	defer srv.Close()
 	begin := monoNow() + int64(cfg.spawn)
 	t0 := begin + int64(cfg.warm)
-	j := job{Mode: "uncontended", Lib: l.id, Addr: srv.addr, Goroutines: goroutines,
+	j := job{Mode: "uncontended", Lib: l.id, Addr: srv.Addr(), Goroutines: goroutines,
 		Begin: begin, T0: t0, T1: t0 + int64(cfg.uncWindow)}
 	if cfg.profileDir != "" {
 		j.Profile = filepath.Join(cfg.profileDir, fmt.Sprintf("uncontended-%s-%d-%d.pprof", l.id, goroutines, round))
 	}
 	w := &uncontendedWorkerResult{}
-	left, err := runOn([]string{srv.addr}, []job{j}, []any{w})
+	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{w})
 	if err != nil {
 		return nil, err
 	}

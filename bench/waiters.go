@@ -152,11 +152,11 @@ func runWaiters(cfg config, l lib) (*waitersResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
-	j := job{Mode: "waiters", Lib: l.id, Addr: srv.addr, Locks: cfg.waitLocks, Waiters: cfg.waiters,
+	defer srv.Close()
+	j := job{Mode: "waiters", Lib: l.id, Addr: srv.Addr(), Locks: cfg.waitLocks, Waiters: cfg.waiters,
 		Settle: cfg.waitSettle, Window: cfg.waitWindow}
 	r := &waitersResult{}
-	left, err := runOn([]string{srv.addr}, []job{j}, []any{r})
+	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{r})
 	if err != nil {
 		return nil, err
 	}

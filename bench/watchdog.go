@@ -187,11 +187,11 @@ func runWatchdog(cfg config, l lib) (*watchdogResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
-	j := job{Mode: "watchdog", Lib: l.id, Addr: srv.addr, Locks: cfg.wdLocks,
+	defer srv.Close()
+	j := job{Mode: "watchdog", Lib: l.id, Addr: srv.Addr(), Locks: cfg.wdLocks,
 		Renewal: cfg.wdRenewal, Settle: cfg.wdRenewal, Window: cfg.wdWindow}
 	r := &watchdogResult{}
-	left, err := runOn([]string{srv.addr}, []job{j}, []any{r})
+	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{r})
 	if err != nil {
 		return nil, err
 	}

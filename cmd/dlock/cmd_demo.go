@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os/signal"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redisserver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -75,15 +77,17 @@ func (c *cli) demoCmd(ctx context.Context, args []string) error {
 	defer stop()
 	d := &demo{out: c.stdout, start: time.Now(), prefix: "demo:"}
 	if eps == nil {
-		srv, err := startLocalRedis(ctx)
+		// A throwaway redis-server on a unix socket, which needs no free port.
+		srv, err := redisserver.Start(ctx, redisserver.Config{Unix: true, TempPrefix: "dlock-demo-"})
+		if errors.Is(err, redisserver.ErrNotFound) {
+			err = fmt.Errorf("%w, or give --redis", err)
+		}
 		if err != nil {
 			return exitf(exitFailure, "demo: %v", err)
 		}
-		defer srv.stop()
-		fmt.Fprintf(d.out, "dlock demo: a throwaway redis-server on %s (removed at the end)\n", srv.socket())
-		eps = []endpoint{{display: "unix://" + srv.socket(), open: func() redis.UniversalClient {
-			return redis.NewClient(&redis.Options{Network: "unix", Addr: srv.socket()})
-		}}}
+		defer srv.Close()
+		fmt.Fprintf(d.out, "dlock demo: a throwaway redis-server on %s (removed at the end)\n", srv.Addr())
+		eps = []endpoint{{display: "unix://" + srv.Addr(), open: func() redis.UniversalClient { return srv.Client() }}}
 	} else {
 		// On a shared server a random part keeps two demos apart.
 		b := make([]byte, 3)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisserver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,18 +34,18 @@ type Cluster struct {
 // node reports cluster_state:ok, every replica is in sync with its master and
 // all nodes agree on who serves which slots. The caller must Close it.
 func StartCluster() (*Cluster, error) {
-	cli, err := lookPath("redis-cli")
+	cli, err := redisserver.LookPath("redis-cli")
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := startParallel(clusterSize, func(int) (*Server, error) {
+	nodes, err := redisserver.StartMany(clusterSize, func(int) (*Server, error) {
 		return startProcess("redis-server", func(dir string, port int) ([]string, error) {
 			// The bus port defaults to port+10000, which may be taken or
 			// even beyond 65535, so pick it explicitly. CLUSTER SLOTS lists
 			// a replica only once its replication offset is non-zero, which
 			// on an idle master takes one replica ping period (10s by
 			// default), hence the short period.
-			bus, err := freePort()
+			bus, err := redisserver.FreePort()
 			if err != nil {
 				return nil, err
 			}
@@ -120,7 +121,7 @@ func (c *Cluster) MasterFor(key string) *Server {
 func (c *Cluster) masterFor(n *Server, key string) *Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	client := n.adminClient()
+	client := n.AdminClient()
 	defer client.Close()
 	slot, err := client.ClusterKeySlot(ctx, key).Result()
 	if err != nil {
@@ -149,7 +150,7 @@ func (c *Cluster) node(addr string) *Server {
 }
 
 // Close closes all nodes.
-func (c *Cluster) Close() error { return closeServers(c.nodes) }
+func (c *Cluster) Close() error { return redisserver.CloseAll(c.nodes) }
 
 // check returns nil once every node reports cluster_state:ok, every replica
 // has master_link_status:up and all nodes report the same complete slot map
@@ -173,21 +174,21 @@ func (c *Cluster) check(ctx context.Context) error {
 // checkClusterNode checks one node and returns its view of the slot map in
 // a canonical form.
 func checkClusterNode(ctx context.Context, n *Server) (string, error) {
-	client := n.adminClient()
+	client := n.AdminClient()
 	defer client.Close()
 	info, err := client.ClusterInfo(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	if state, _ := infoField(info, "cluster_state"); state != "ok" {
+	if state, _ := redisserver.InfoField(info, "cluster_state"); state != "ok" {
 		return "", fmt.Errorf("cluster_state:%s", state)
 	}
 	repl, err := client.Info(ctx, "replication").Result()
 	if err != nil {
 		return "", err
 	}
-	if role, _ := infoField(repl, "role"); role == "slave" {
-		if link, _ := infoField(repl, "master_link_status"); link != "up" {
+	if role, _ := redisserver.InfoField(repl, "role"); role == "slave" {
+		if link, _ := redisserver.InfoField(repl, "master_link_status"); link != "up" {
 			return "", fmt.Errorf("master_link_status:%s", link)
 		}
 	}

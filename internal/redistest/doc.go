@@ -3,7 +3,8 @@
 // a master/replica pair watched by three sentinels, and a fault-injecting TCP
 // proxy. Nothing is mocked: every node is a redis-server (or redis-sentinel)
 // child process bound to a free 127.0.0.1 port with its own temporary
-// directory, and Close removes both.
+// directory, and Close removes both. The processes themselves are started
+// by internal/redisserver, which cmd/dlock and bench share.
 //
 // Every constructor comes in two flavours. The Start* functions return an
 // error and suit TestMain, where no testing.TB exists; the caller must Close

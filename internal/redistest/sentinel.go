@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisserver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -60,7 +61,7 @@ func StartSentinel() (s *Sentinel, err error) {
 	if err := waitUntil(ctx, sentinelReadyTimeout, "replica sync", s.checkReplica); err != nil {
 		return nil, err
 	}
-	s.sentinels, err = startParallel(sentinelCount, func(int) (*Server, error) {
+	s.sentinels, err = redisserver.StartMany(sentinelCount, func(int) (*Server, error) {
 		return startProcess("redis-sentinel", func(dir string, port int) ([]string, error) {
 			return sentinelArgs(dir, port, master.Port())
 		})
@@ -215,7 +216,7 @@ func (s *Sentinel) Failover(ctx context.Context) error {
 
 // Close closes the sentinels and both data nodes.
 func (s *Sentinel) Close() error {
-	return errors.Join(closeServers(s.sentinels), closeServers(s.data[:]))
+	return errors.Join(redisserver.CloseAll(s.sentinels), redisserver.CloseAll(s.data[:]))
 }
 
 // server returns the data node with the given address, or nil.
@@ -229,7 +230,7 @@ func (s *Sentinel) server(addr string) *Server {
 }
 
 // sentinelClient returns a client for the sentinel n with the options of
-// Server.adminClient. The caller must close it.
+// Server.AdminClient. The caller must close it.
 func sentinelClient(n *Server) *redis.SentinelClient {
 	return redis.NewSentinelClient(&redis.Options{
 		Addr:                  n.Addr(),
@@ -335,8 +336,8 @@ func (s *Sentinel) checkReplica(ctx context.Context) error {
 		return fmt.Errorf("replica %s: %w", replica.Addr(), err)
 	}
 	text, _ := info.(string)
-	port, _ := infoField(text, "master_port")
-	link, _ := infoField(text, "master_link_status")
+	port, _ := redisserver.InfoField(text, "master_port")
+	link, _ := redisserver.InfoField(text, "master_link_status")
 	if port != strconv.Itoa(master.Port()) || link != "up" {
 		return fmt.Errorf("replica %s: master_port:%s master_link_status:%s, want %d and up",
 			replica.Addr(), port, link, master.Port())

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redisserver"
 )
 
 // Fault injection and slot moves on a running Cluster or Sentinel setup.
@@ -41,7 +43,7 @@ func WaitCaughtUp(ctx context.Context, master *Server) error {
 	if err != nil {
 		return fmt.Errorf("redistest: INFO on %s: %w", master.Addr(), err)
 	}
-	off, _ := infoField(v.(string), "master_repl_offset")
+	off, _ := redisserver.InfoField(v.(string), "master_repl_offset")
 	target, _ := strconv.ParseInt(off, 10, 64)
 	return waitUntil(ctx, clusterReadyTimeout, "replicas caught up", func(ctx context.Context) error {
 		v, err := master.Do(ctx, "INFO", "replication")
@@ -49,12 +51,12 @@ func WaitCaughtUp(ctx context.Context, master *Server) error {
 			return err
 		}
 		text := v.(string)
-		n, _ := infoField(text, "connected_slaves")
+		n, _ := redisserver.InfoField(text, "connected_slaves")
 		if n == "" || n == "0" {
 			return fmt.Errorf("%s has no replica", master.Addr())
 		}
 		for i := 0; ; i++ {
-			line, ok := infoField(text, fmt.Sprintf("slave%d", i))
+			line, ok := redisserver.InfoField(text, fmt.Sprintf("slave%d", i))
 			if !ok {
 				return nil
 			}
@@ -101,10 +103,10 @@ func (c *Cluster) ReplicaOf(ctx context.Context, master *Server) *Server {
 			continue
 		}
 		text, _ := info.(string)
-		if r, _ := infoField(text, "role"); r != "slave" {
+		if r, _ := redisserver.InfoField(text, "role"); r != "slave" {
 			continue
 		}
-		if port, _ := infoField(text, "master_port"); port == fmt.Sprint(master.Port()) {
+		if port, _ := redisserver.InfoField(text, "master_port"); port == fmt.Sprint(master.Port()) {
 			return n
 		}
 	}

@@ -1,8 +1,7 @@
-package redistest
+package redisserver
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -13,20 +12,21 @@ import (
 	"time"
 )
 
-// lookPath finds a Redis executable and explains how to get it if missing.
-func lookPath(name string) (string, error) {
+// LookPath finds a Redis executable (redis-server, redis-sentinel,
+// redis-cli) and says how to get it if missing (ErrNotFound).
+func LookPath(name string) (string, error) {
 	path, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("redistest: %s not found on PATH; run `make test`, which installs Debian's redis-server", name)
+		return "", fmt.Errorf("%s %w; install it (Debian: apt-get install redis-server, or `make test`)", name, ErrNotFound)
 	}
 	return path, nil
 }
 
-// processID asks the Redis (or Sentinel) process at addr for its pid with a
-// raw INFO command. It does not use go-redis, so polling it during startup
+// processID asks the Redis (or Sentinel) process at addr on network for
+// its pid with a raw INFO command. It does not use go-redis, so polling it during startup
 // creates no clients and no background goroutines.
-func processID(addr string) (int, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+func processID(network, addr string) (int, error) {
+	conn, err := net.DialTimeout(network, addr, time.Second)
 	if err != nil {
 		return 0, err
 	}
@@ -54,15 +54,15 @@ func processID(addr string) (int, error) {
 	if _, err := io.ReadFull(rd, body); err != nil {
 		return 0, err
 	}
-	pid, ok := infoField(string(body), "process_id")
+	pid, ok := InfoField(string(body), "process_id")
 	if !ok {
 		return 0, fmt.Errorf("INFO has no process_id")
 	}
 	return strconv.Atoi(pid)
 }
 
-// infoField returns the value of key in the text of an INFO reply.
-func infoField(info, key string) (string, bool) {
+// InfoField returns the value of key in the text of an INFO reply.
+func InfoField(info, key string) (string, bool) {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
 			return v, true
@@ -83,23 +83,4 @@ func logTail(path string) string {
 		lines = lines[len(lines)-maxLines:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// waitUntil calls check every 50ms until it returns nil and fails with the
-// last error of check when timeout passes or ctx ends. Each call of check
-// gets a context that ends at the deadline.
-func waitUntil(ctx context.Context, timeout time.Duration, what string, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: waiting for %s: %w; last check: %v", what, ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package redistest
+package redisserver
 
 import (
 	"errors"
@@ -8,30 +8,30 @@ import (
 )
 
 // errAddrInUse reports that a process could not bind its port because
-// another process took it between freePort and the bind.
+// another process took it between FreePort and the bind.
 var errAddrInUse = errors.New("address already in use")
 
 var (
 	portsMu sync.Mutex
-	// portsGiven holds every port freePort handed out in this process, so
+	// portsGiven holds every port FreePort handed out in this process, so
 	// that servers started in parallel never race for the same port.
 	portsGiven = map[int]bool{}
 )
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It asks
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. It asks
 // the kernel for one by listening on port 0, never returns the default Redis
 // ports and never returns the same port twice in one process.
-func freePort() (int, error) {
+func FreePort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, fmt.Errorf("redistest: find a free port: %w", err)
+			return 0, fmt.Errorf("redisserver: find a free port: %w", err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		if err := ln.Close(); err != nil {
-			return 0, fmt.Errorf("redistest: find a free port: %w", err)
+			return 0, fmt.Errorf("redisserver: find a free port: %w", err)
 		}
 		if port == 6379 || port == 26379 || portsGiven[port] {
 			continue
@@ -39,5 +39,5 @@ func freePort() (int, error) {
 		portsGiven[port] = true
 		return port, nil
 	}
-	return 0, errors.New("redistest: no free port found")
+	return 0, errors.New("redisserver: no free port found")
 }
