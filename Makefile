@@ -1,5 +1,5 @@
 # dlock: make demo runs the demo against a throwaway redis-server, make test
-# vets and tests every module (dlock and bench/). Both install Debian's
+# vets and tests every module (dlock, bench/, dlockotel/). Both install Debian's
 # Redis packages when missing.
 
 GO ?= go

@@ -128,7 +128,7 @@ func WithAttributes(attrs ...attribute.KeyValue) Option {
 // 1 ms to 5 min.
 func WithDurationBuckets(b ...float64) Option { return func(c *config) { c.buckets = b } }
 
-// WithoutTraces turns spans off; WithoutMetrics turns metrics off.
+// WithoutTraces turns spans off.
 func WithoutTraces() Option { return func(c *config) { c.noTraces = true } }
 
 // WithoutMetrics turns metrics off.
