@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -156,14 +157,15 @@ func newTmux(t *testing.T) *tmux {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (make test installs it)")
 	}
-	tm := &tmux{t: t, socket: fmt.Sprintf("dlock-top-test-%d", os.Getpid()), target: "top"}
-	t.Cleanup(func() { _ = exec.Command("tmux", "-L", tm.socket, "kill-server").Run() })
+	// A socket in the test's directory: removed with it.
+	tm := &tmux{t: t, socket: filepath.Join(t.TempDir(), "tmux"), target: "top"}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", tm.socket, "kill-server").Run() })
 	return tm
 }
 
 func (tm *tmux) run(args ...string) string {
 	tm.t.Helper()
-	out, err := exec.Command("tmux", append([]string{"-L", tm.socket}, args...)...).CombinedOutput()
+	out, err := exec.Command("tmux", append([]string{"-S", tm.socket}, args...)...).CombinedOutput()
 	if err != nil {
 		tm.t.Fatalf("tmux %q: %v: %s", args, err, out)
 	}
