@@ -1,9 +1,6 @@
 package dlock
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // Locker is a lock that a MultiLock can hold: Mutex, RedLock and MultiLock
 // satisfy it, and so does every lock kind built on the same engine. Lock
@@ -37,25 +34,4 @@ type orderer interface {
 // then by Client id (the same name on two Clients may be two servers).
 func (h *handle) orderKey() string {
 	return h.name + "\x00" + h.kind.role() + "\x00" + h.c.id
-}
-
-// forgetter is implemented by dlock's own locks: forget gives up a hold that
-// could not be released, so that the watchdog stops renewing it and it
-// expires with its lease instead of staying held for good.
-type forgetter interface {
-	forget(lockCtx context.Context)
-}
-
-func (h *handle) forget(lockCtx context.Context) {
-	c := h.c
-	owner, ok := ownerFrom(lockCtx, c)
-	if !ok {
-		return
-	}
-	c.mu.Lock()
-	hd := c.holds[holdKey{h.kind.key(), h.kind.field(owner)}]
-	c.mu.Unlock()
-	if hd != nil {
-		c.lose(hd, fmt.Errorf("%w: %q: could not be released; left to expire with its lease", ErrLockLost, h.name))
-	}
 }

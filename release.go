@@ -194,3 +194,21 @@ func isRedisReply(err error) bool {
 	var reply redis.Error
 	return errors.As(err, &reply)
 }
+
+// forgetter is implemented by dlock's own locks: forget gives up a hold that
+// could not be released, so that the watchdog stops renewing it and it
+// expires with its lease instead of staying held for good.
+type forgetter interface {
+	forget(lockCtx context.Context)
+}
+
+func (h *handle) forget(lockCtx context.Context) {
+	c := h.c
+	owner, ok := ownerFrom(lockCtx, c)
+	if !ok {
+		return
+	}
+	if hd := c.held(h, owner); hd != nil {
+		c.lose(hd, fmt.Errorf("%w: %q: could not be released; left to expire with its lease", ErrLockLost, h.name))
+	}
+}
