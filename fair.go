@@ -51,6 +51,9 @@ var _ Locker = (*FairMutex)(nil)
 // WithFairWaitTimeout.
 func (c *Client) NewFairMutex(name string, opts ...LockOption) (*FairMutex, error) {
 	h, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
+		if err := cfg.accept("FairMutex", "WithFairWaitTimeout"); err != nil {
+			return nil, err
+		}
 		wait := cfg.fairWait
 		if wait == 0 {
 			wait = DefaultFairWaitTimeout

@@ -93,6 +93,18 @@ func isNilLocker(l Locker) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
+// check rejects calls that cannot work: a MultiLock not made by
+// NewMultiLock, a nil context.
+func (m *MultiLock) check(ctx context.Context) error {
+	switch {
+	case m == nil || len(m.members) == 0:
+		return fmt.Errorf("%w: MultiLock not made by NewMultiLock", ErrInvalidOption)
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	return nil
+}
+
 // Name returns the members' names, in lock order, joined by commas.
 func (m *MultiLock) Name() string { return m.name }
 
@@ -125,6 +137,9 @@ func (m *MultiLock) TryLock(ctx context.Context) (context.Context, error) {
 }
 
 func (m *MultiLock) acquire(ctx context.Context, try bool) (context.Context, error) {
+	if err := m.check(ctx); err != nil {
+		return nil, err
+	}
 	for {
 		held, err := m.round(ctx, try)
 		if err == nil {
@@ -259,6 +274,9 @@ func (m *MultiLock) hold(held []context.Context) context.Context {
 // reported in the error (wrapping ErrNotHeld if it was lost) and, if the
 // error is not that, is left to expire with its lease.
 func (m *MultiLock) Unlock(lockCtx context.Context) error {
+	if err := m.check(lockCtx); err != nil {
+		return err
+	}
 	hd, ok := lockCtx.Value(multiKey{m}).(*multiHold)
 	if !ok {
 		return fmt.Errorf("%w: multilock %q: the context carries no hold of it; pass the context Lock returned", ErrNotHeld, m.name)

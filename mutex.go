@@ -25,7 +25,9 @@ type Mutex struct {
 // NewMutex returns a handle on the reentrant lock called name. It talks to
 // Redis only when used. Options: WithLease, WithFencing.
 func (c *Client) NewMutex(name string, opts ...LockOption) (*Mutex, error) {
-	h, err := c.newHandle(name, opts, func(name string, _ lockConfig) (kind, error) { return newMutexKind(c, name), nil })
+	h, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
+		return newMutexKind(c, name), cfg.accept("Mutex")
+	})
 	if err != nil {
 		return nil, err
 	}

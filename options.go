@@ -3,6 +3,7 @@ package dlock
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -135,6 +136,18 @@ type lockConfig struct {
 	fenced      bool
 	nodeTimeout time.Duration // RedLock: bound on each node's reply; 0 means the default
 	fairWait    time.Duration // FairMutex: WithFairWaitTimeout; 0 means the default
+	specific    []string      // the kind-specific options given, by name
+}
+
+// accept refuses the kind-specific options given that a lock of kind does
+// not take: only those named in takes apply to it.
+func (c lockConfig) accept(kind string, takes ...string) error {
+	for _, o := range c.specific {
+		if !slices.Contains(takes, o) {
+			return fmt.Errorf("%w: %s does not apply to a %s", ErrInvalidOption, o, kind)
+		}
+	}
+	return nil
 }
 
 func (c lockConfig) validate() error {
@@ -172,9 +185,10 @@ func WithFencing() LockOption {
 // WithNodeTimeout bounds how long a RedLock waits for each node's reply to
 // one request, so that a slow or frozen node costs at most d per attempt.
 // It must be much smaller than the lease (at most a tenth of it); the
-// default is DefaultNodeTimeout (100 ms). Other lock kinds ignore it.
+// default is DefaultNodeTimeout (100 ms). Other lock kinds refuse it
+// (ErrInvalidOption).
 func WithNodeTimeout(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.nodeTimeout = d }
+	return func(c *lockConfig) { c.nodeTimeout, c.specific = d, append(c.specific, "WithNodeTimeout") }
 }
 
 // WithFairWaitTimeout sets how long a FairMutex waiter may go without
@@ -182,7 +196,7 @@ func WithNodeTimeout(d time.Duration) LockOption {
 // the waiters behind it skip it: the most a waiter whose process died can
 // hold up the queue once the lock is free. The default is
 // DefaultFairWaitTimeout (5 min), Redisson's fairLockWaitTimeout. Other
-// lock kinds ignore it.
+// lock kinds refuse it (ErrInvalidOption).
 func WithFairWaitTimeout(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.fairWait = d }
+	return func(c *lockConfig) { c.fairWait, c.specific = d, append(c.specific, "WithFairWaitTimeout") }
 }

@@ -78,7 +78,9 @@ var (
 // to Redis only when used. Options, for both halves: WithLease,
 // WithFencing (the token counter is shared by reads and writes).
 func (c *Client) NewRWMutex(name string, opts ...LockOption) (*RWMutex, error) {
-	r, err := c.newHandle(name, opts, func(name string, _ lockConfig) (kind, error) { return &readKind{newRWNames(c, name)}, nil })
+	r, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
+		return &readKind{newRWNames(c, name)}, cfg.accept("RWMutex")
+	})
 	if err != nil {
 		return nil, err
 	}
