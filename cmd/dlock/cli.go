@@ -18,8 +18,10 @@ const usage = `dlock: distributed locks on Redis, Redisson-compatible, from the 
 Usage:
   dlock run [flags] NAME COMMAND [ARGS...]   run COMMAND while holding lock NAME
   dlock run [flags] NAME -c 'SHELL COMMAND'  the same, through sh -c
+  dlock run --permits N NAME COMMAND [ARGS]  run COMMAND under one of N permits of NAME
   dlock hold [flags] NAME                    hold lock NAME until interrupted; print its env
-  dlock status [flags] NAME                  show who holds NAME: kind, holders, TTL, queue, token
+  dlock status [flags] NAME                  show who holds NAME: kind, holders, TTL, queue, token;
+                                             a semaphore's permits
   dlock list [flags] [PATTERN]               list the locks whose name matches PATTERN (default *)
   dlock top [flags] [PATTERN]                a live view of those locks, most waited-for first
   dlock unlock --force [--yes] [flags] NAME  delete lock NAME whoever holds it

@@ -23,6 +23,8 @@ quoted for sh:
   DLOCK_NAME    the lock name
   DLOCK_OWNER   the owner, "<clientUUID>:<n>": this holder's field in the lock hash
   DLOCK_TOKEN   the fencing token (with --fencing only)
+With --permits N it holds a permit of the permit semaphore NAME instead
+(see "dlock help run") and prints DLOCK_NAME and DLOCK_PERMIT, its id.
 A script can start "dlock hold NAME > lock.env &", wait for lock.env to hold
 DLOCK_OWNER, work, and end the hold with kill. If the lock is lost
 (deleted, taken over, lease run out), dlock exits 6.
@@ -55,7 +57,7 @@ func (c *cli) holdCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, lk, err := a.open(ctx, "hold")
+	s, lk, err := a.open(ctx, "hold", c.stderr)
 	if err != nil {
 		return err
 	}
@@ -70,7 +72,7 @@ func (c *cli) holdCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return lockError(&a, err)
 	}
-	vars := lockVars(s, a.name, lockCtx)
+	vars := lockVars(s, lk, a.name, lockCtx)
 	for _, v := range vars {
 		k, val, _ := strings.Cut(v, "=")
 		fmt.Fprintf(c.stdout, "%s=%s\n", k, shellQuote(val))
@@ -89,7 +91,7 @@ func (c *cli) holdCmd(ctx context.Context, args []string) error {
 	}
 	if err := release(lk, lockCtx); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) || errors.Is(context.Cause(lockCtx), dlock.ErrLockLost) {
-			return exitf(exitLockLost, "lock %q was lost before %s: %s", a.name, why, trimPrefix(err))
+			return exitf(exitLockLost, "%s was lost before %s: %s", a.what(), why, trimPrefix(err))
 		}
 		return redisError(fmt.Sprintf("releasing %q (it frees itself when its lease runs out)", a.name), err)
 	}

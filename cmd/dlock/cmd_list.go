@@ -24,6 +24,9 @@ a read-write lock's mode), so locks taken by Redisson (Java) are listed too.
 HELD BY is the first holder's program, host and pid as its dlock Client
 recorded them, or "unknown (another client)".
 A fair lock that is free but has waiters is not listed; dlock status shows it.
+Permit semaphores with permits held (dlock run --permits) are listed too,
+as "N of M permits" in use, the shortest lease left, and holders unknown:
+a permit records no owner.
 
 Flags:
   --json        print JSON instead of a table
@@ -137,6 +140,12 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) (
 			locks = append(locks, st)
 		}
 	}
+	sems, err := listSemaphores(ctx, rdb, pattern)
+	if err != nil {
+		return nil, err
+	}
+	locks = append(locks, sems...)
+	slices.SortFunc(locks, func(a, b lockState) int { return strings.Compare(a.Name, b.Name) })
 	return locks, nil
 }
 
@@ -181,6 +190,15 @@ func printList(w io.Writer, pattern string, locks []lockState) {
 	fmt.Fprintf(tw, "NAME\tKIND\tHOLDERS\tLEASE LEFT\tHELD BY\n")
 	now := time.Now()
 	for _, st := range locks {
+		if sem := st.Semaphore; sem != nil {
+			held := fmt.Sprintf("%d of %d permits", sem.InUse, sem.Available+int64(sem.InUse))
+			lease := durationText(*st.TTL)
+			if *st.TTL < -1 {
+				lease = "expired"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, st.Kind, held, lease, unknownPermitHolder)
+			continue
+		}
 		kind := st.Kind
 		if st.Mode != "" {
 			kind += " (" + st.Mode + ")"

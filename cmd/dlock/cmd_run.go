@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 
 var runUsage = `Usage: dlock run [flags] NAME COMMAND [ARGS...]
        dlock run [flags] NAME -c 'SHELL COMMAND'
+       dlock run --permits N [flags] NAME COMMAND [ARGS...]
 
 Takes lock NAME, runs COMMAND while holding it, releases it when COMMAND
 exits, and exits with COMMAND's exit status. Flags go before NAME; the
@@ -26,10 +28,21 @@ Without --lease, a watchdog renews the lock every third of --watchdog
 while COMMAND runs, so a lock whose holder dies is free again within
 --watchdog.
 
+With --permits N, NAME is a permit semaphore (Redisson's
+RPermitExpirableSemaphore) instead of a lock: dlock takes one of its
+permits, so that at most N COMMANDs run at once across every machine that
+uses NAME. A semaphore that does not exist is set to N permits; one that
+does is used as it is (dlock says so when its total is not N). The permit
+has a lease renewed like a lock's, so the permit of a dlock that dies
+comes back within --watchdog; -w, -n, -E, --lease and the loss rules below
+apply to it as to a lock.
+
 COMMAND gets dlock's environment plus:
   DLOCK_NAME    the lock name
   DLOCK_OWNER   the owner, "<clientUUID>:<n>": this holder's field in the lock hash
   DLOCK_TOKEN   the fencing token (with --fencing only)
+  DLOCK_PERMIT  the permit's id, 32 hex digits (with --permits, instead of
+                DLOCK_OWNER)
 
 COMMAND runs in its own process group, as with timeout(1). SIGINT, SIGTERM,
 SIGHUP and SIGQUIT sent to dlock are forwarded to that group. If the lock
@@ -56,6 +69,8 @@ var lockFlagsHelp = `  -w, --wait DURATION        give up after waiting DURATION
                              third of it (default 30s)
   --label TEXT               what dlock status and list show for this holder, with
                              host and pid (default: COMMAND for run, "hold" for hold)
+  --permits N                take a permit of the permit semaphore NAME, which has N
+                             permits (set to N if it does not exist), not a lock
   -v                         say on stderr when the lock is taken and released
   --redis URL                the Redis deployment; 3 or 5 times for a RedLock
 `
@@ -65,7 +80,7 @@ var kindList = strings.Join(kinds, " | ")
 
 // childEnv are the variables dlock sets for COMMAND; inherited values are
 // dropped so that a nested dlock run never passes on its parent's.
-var childEnv = []string{"DLOCK_NAME", "DLOCK_OWNER", "DLOCK_TOKEN"}
+var childEnv = []string{"DLOCK_NAME", "DLOCK_OWNER", "DLOCK_TOKEN", "DLOCK_PERMIT"}
 
 // lockFlags are the flags of run and hold: which lock, and how to take it.
 type lockFlags struct {
@@ -80,6 +95,7 @@ type lockFlags struct {
 	watchdog     time.Duration
 	verbose      bool
 	label        optString // the Client's name (WithClientName)
+	permits      optInt    // take a permit of a permit semaphore with this many permits
 	conn         *connFlags
 }
 
@@ -98,6 +114,7 @@ func (a *lockFlags) define(fs *flag.FlagSet) {
 	fs.DurationVar(&a.watchdog, "watchdog", dlock.DefaultWatchdogTimeout, "")
 	fs.BoolVar(&a.verbose, "v", false, "")
 	fs.Var(&a.label, "label", "")
+	fs.Var(&a.permits, "permits", "")
 }
 
 // check validates the flags once parsed, and reads the endpoints.
@@ -109,6 +126,12 @@ func (a *lockFlags) check(c *cli, cmd string) error {
 		return usageError("%s: --lease must be positive", cmd)
 	case a.conflictCode < 0 || a.conflictCode > 255:
 		return usageError("%s: --conflict-exit-code %d is outside 0..255", cmd, a.conflictCode)
+	case a.permits.set && a.permits.n < 1:
+		return usageError("%s: --permits must be at least 1", cmd)
+	case a.permits.set && a.kind != "mutex":
+		return usageError("%s: --permits takes a permit of a semaphore; --kind %s names a lock", cmd, a.kind)
+	case a.permits.set && a.fencing:
+		return usageError("%s: --fencing is for locks; a permit has no fencing token", cmd)
 	}
 	if a.nonblock {
 		a.wait = optDuration{set: true}
@@ -202,7 +225,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	name, argv := a.name, a.argv
-	s, lk, err := a.open(ctx, "run")
+	s, lk, err := a.open(ctx, "run", c.stderr)
 	if err != nil {
 		return err
 	}
@@ -219,7 +242,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return lockError(&a.lockFlags, err)
 	}
-	vars := lockVars(s, name, lockCtx)
+	vars := lockVars(s, lk, name, lockCtx)
 	env := append(withoutVars(os.Environ(), childEnv), vars...)
 	if a.verbose {
 		fmt.Fprintf(c.stderr, "dlock: acquired %q after %v (%s)\n", name, time.Since(start).Round(time.Millisecond), strings.Join(vars[1:], ", "))
@@ -237,14 +260,14 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 			continue
 		case <-ch.done:
 		case <-lockCtx.Done():
-			return c.lockLost(lockCtx, name, argv[0], ch, a.grace, sigs)
+			return c.lockLost(lockCtx, a.what(), argv[0], ch, a.grace, sigs)
 		}
 		break
 	}
 	code := ch.exitCode()
 	if err := release(lk, lockCtx); err != nil {
 		if errors.Is(err, dlock.ErrNotHeld) || errors.Is(context.Cause(lockCtx), dlock.ErrLockLost) {
-			return exitf(exitLockLost, "lock %q was lost before %s exited (it exited with status %d); it may have run without the lock", name, argv[0], code)
+			return exitf(exitLockLost, "%s was lost before %s exited (it exited with status %d); it may have run without it", a.what(), argv[0], code)
 		}
 		fmt.Fprintf(c.stderr, "dlock: releasing %q: %v; it frees itself when its lease runs out\n", name, trimPrefix(err))
 	} else if a.verbose {
@@ -299,11 +322,24 @@ type signalError struct{ sig syscall.Signal }
 func (e signalError) Error() string { return "interrupted by " + signalName(e.sig) }
 
 // open connects to Redis and returns the session and the lock the flags
-// name.
-func (a *lockFlags) open(ctx context.Context, cmd string) (*session, locker, error) {
+// name: with --permits, a permit semaphore, set up if new (notes go to
+// stderr).
+func (a *lockFlags) open(ctx context.Context, cmd string, stderr io.Writer) (*session, locker, error) {
 	s, err := openSession(a.eps, dlock.WithWatchdogTimeout(a.watchdog), dlock.WithClientName(a.label.s))
 	if err != nil {
 		return nil, nil, err
+	}
+	if a.permits.set {
+		if err := s.ping(ctx); err != nil {
+			s.close()
+			return nil, nil, err
+		}
+		lk, err := a.openPermits(ctx, s, stderr)
+		if err != nil {
+			s.close()
+			return nil, nil, optionError(cmd, err)
+		}
+		return s, lk, nil
 	}
 	lk, err := s.newLocker(a.kind, a.name, a.lockOptions()...)
 	if err != nil {
@@ -340,8 +376,13 @@ func commandLabel(argv []string) string {
 }
 
 // lockVars are the variables that describe a hold: DLOCK_NAME,
-// DLOCK_OWNER and, for a fenced lock, DLOCK_TOKEN, as NAME=value.
-func lockVars(s *session, name string, lockCtx context.Context) []string {
+// DLOCK_OWNER and, for a fenced lock, DLOCK_TOKEN, as NAME=value; for a
+// permit DLOCK_NAME and DLOCK_PERMIT, its id.
+func lockVars(s *session, lk locker, name string, lockCtx context.Context) []string {
+	if p, ok := lk.(permitLocker); ok {
+		id, _ := p.sem.PermitID(lockCtx)
+		return []string{"DLOCK_NAME=" + name, "DLOCK_PERMIT=" + id}
+	}
 	owner, _ := s.clients[0].Owner(lockCtx)
 	vars := []string{"DLOCK_NAME=" + name, "DLOCK_OWNER=" + owner}
 	if token, ok := dlock.Token(lockCtx); ok {
@@ -361,7 +402,11 @@ func lockError(a *lockFlags, err error) error {
 	var se signalError
 	switch {
 	case errors.As(err, &se):
-		return exitf(exitSignalBase+int(se.sig), "gave up waiting for lock %q: %v", name, se)
+		return exitf(exitSignalBase+int(se.sig), "gave up waiting for %s: %v", a.what(), se)
+	case a.permits.set && errors.Is(err, dlock.ErrNotObtained) && wait.set && wait.d == 0:
+		return exitf(conflictCode, "semaphore %q has no permit available (%s)", name, once)
+	case a.permits.set && errors.Is(err, dlock.ErrNotObtained) && wait.set:
+		return exitf(conflictCode, "no permit of semaphore %q within --wait %v", name, wait.d)
 	case errors.Is(err, dlock.ErrNotObtained) && wait.set && wait.d == 0:
 		return exitf(conflictCode, "lock %q is held by another owner (%s)%s", name, once, quorumNote(err))
 	case errors.Is(err, dlock.ErrNotObtained) && wait.set:
@@ -369,7 +414,7 @@ func lockError(a *lockFlags, err error) error {
 	case errors.Is(err, dlock.ErrNotObtained):
 		return exitf(conflictCode, "%s", trimPrefix(err))
 	}
-	return redisError(fmt.Sprintf("taking lock %q", name), err)
+	return redisError("taking "+a.what(), err)
 }
 
 // quorumNote is, for a RedLock, what each server that refused said.
@@ -381,13 +426,14 @@ func quorumNote(err error) string {
 	return ""
 }
 
-// lockLost stops COMMAND after the lock was lost under it.
-func (c *cli) lockLost(lockCtx context.Context, name, cmd string, ch *child, grace time.Duration, sigs <-chan os.Signal) error {
+// lockLost stops COMMAND after the lock (what: `lock "NAME"`) was lost
+// under it.
+func (c *cli) lockLost(lockCtx context.Context, what, cmd string, ch *child, grace time.Duration, sigs <-chan os.Signal) error {
 	fmt.Fprintf(c.stderr, "dlock: %s; stopping %s: SIGTERM now, SIGKILL in %v\n", trimPrefix(context.Cause(lockCtx)), cmd, grace)
 	if ch.stop(grace, sigs) {
 		fmt.Fprintf(c.stderr, "dlock: %s did not exit within %v of SIGTERM; killed it\n", cmd, grace)
 	}
-	return exitf(exitLockLost, "lock %q was lost while %s ran; %s was stopped (it exited with status %d)", name, cmd, cmd, ch.exitCode())
+	return exitf(exitLockLost, "%s was lost while %s ran; %s was stopped (it exited with status %d)", what, cmd, cmd, ch.exitCode())
 }
 
 // release gives the lock back. Unlock reaches Redis even when lockCtx is

@@ -21,6 +21,13 @@ CLIENT is what a dlock holder's Client recorded about itself: program
 Redisson, or a dlock holder whose record is gone, "unknown (another
 client)".
 
+A semaphore (the string NAME, with a permit semaphore's "{NAME}:timeout"
+set, as dlock run --permits and Redisson write them) shows as one: permits
+available and in use, and each permit held with its id and lease left (an
+expired one until the next acquire or release returns it to the pool).
+A permit records no owner, so its holder shows as "unknown (permits record
+no owner)"; a dlock run COMMAND can tell its own from DLOCK_PERMIT.
+
 Flags:
   --json        print JSON instead of a table
   --redis URL   the Redis deployment
@@ -135,6 +142,10 @@ func inspectAll(ctx context.Context, s *session, name string) ([]lockState, erro
 
 // printStatus prints a lock's state for people.
 func printStatus(w io.Writer, st lockState) {
+	if st.Semaphore != nil {
+		printSemaphore(w, st)
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "lock\t%s\n", st.Name)
 	switch {

@@ -33,6 +33,10 @@ type lockState struct {
 	Holders []holder `json:"holders"`
 	// Queue is a fair lock's waiters, head first.
 	Queue []waiter `json:"queue,omitempty"`
+	// Semaphore is set when NAME is a semaphore (Kind "semaphore" or
+	// "permit-semaphore"): its permits. TTL is then the lease left of the
+	// permit that expires first.
+	Semaphore *semaphoreState `json:"semaphore,omitempty"`
 }
 
 // holder is one owner's holds on a lock.
@@ -89,6 +93,9 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockS
 		now = p.Time(ctx)
 		return nil
 	})
+	if typ.Val() == "string" {
+		return inspectSemaphore(ctx, rdb, name)
+	}
 	if t := typ.Val(); t != "" && t != "none" && t != "hash" {
 		return st, fmt.Errorf("%w: %q is a Redis %s", errNotALock, name, t)
 	}
