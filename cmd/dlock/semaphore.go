@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -123,7 +124,7 @@ func inspectSemaphore(ctx context.Context, rdb redis.UniversalClient, name strin
 	)
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		count = p.Get(ctx, name)
-		zs = p.ZRangeWithScores(ctx, suffixName(name, permitTimeoutSuffix), 0, -1)
+		zs = p.ZRangeWithScores(ctx, layout.Suffixed(name, permitTimeoutSuffix), 0, -1)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {

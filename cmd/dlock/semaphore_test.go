@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
 // semChannel is the channel a permit semaphore's waiters subscribe to.
-func semChannel(name string) string { return "redisson_sc:{" + name + "}" }
+func semChannel(name string) string { return layout.Prefixed(layout.SemChannelPrefix, name) }
 
 // awaitSubscribers waits until n processes listen on channel.
 func awaitSubscribers(t *testing.T, rdb *redis.Client, channel string, n int64) {
@@ -52,7 +53,7 @@ func TestRunPermitsOneExcludes(t *testing.T) {
 	if b, _ := os.ReadFile(log); string(b) != "start A\n" {
 		t.Fatalf("while A holds the only permit the log is %q, want only A's start", b)
 	}
-	if n, err := rdb.ZCard(t.Context(), suffixName(name, "timeout")).Result(); err != nil || n != 1 {
+	if n, err := rdb.ZCard(t.Context(), layout.Suffixed(name, "timeout")).Result(); err != nil || n != 1 {
 		t.Errorf("permits held while A runs: %d (%v), want 1", n, err)
 	}
 
@@ -71,7 +72,7 @@ func TestRunPermitsOneExcludes(t *testing.T) {
 	if v, err := rdb.Get(t.Context(), name).Result(); err != nil || v != "1" {
 		t.Errorf("available permits after both: %q (%v), want 1", v, err)
 	}
-	if exists(t, rdb, suffixName(name, "timeout")) {
+	if exists(t, rdb, layout.Suffixed(name, "timeout")) {
 		t.Error("permits still held after both runs")
 	}
 }
@@ -147,7 +148,7 @@ func TestRunPermitLostStopsCommand(t *testing.T) {
 	script := `trap 'echo terminated >> "$1"; exit 0' TERM; echo started >> "$1"; while :; do sleep 0.05; done`
 	cmd, _, stderr := dlockProcess(t, "run", "--permits", "1", "--watchdog", "300ms", name, "sh", "-c", script, "sh", marks)
 	eventually(t, 10*time.Second, fileHas(marks, "started"))
-	if err := newRedis(t).Del(t.Context(), suffixName(name, "timeout")).Err(); err != nil {
+	if err := newRedis(t).Del(t.Context(), layout.Suffixed(name, "timeout")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if code := exitCode(t, cmd); code != exitLockLost {
@@ -220,7 +221,7 @@ func goldenSemaphores(t *testing.T, prefix string) {
 	now := time.Now()
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, prefix+"permits", 2, 0)
-		p.ZAdd(ctx, suffixName(prefix+"permits", "timeout"),
+		p.ZAdd(ctx, layout.Suffixed(prefix+"permits", "timeout"),
 			redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: javaPermit1},
 			redis.Z{Score: noExpiryScore, Member: javaPermit2},
 			redis.Z{Score: float64(now.Add(-time.Hour).UnixMilli()), Member: javaPermit3})
