@@ -63,11 +63,12 @@ const exitHelp = `Exit status:
   1      error: a Redis command failed, or the user declined a prompt
   2      usage: unknown command or flag, bad argument, bad URL (or a database the
          server does not have)
-  3      the lock was not obtained: held by another owner with -n, or not within
-         --wait; run and hold take another status with -E N (--conflict-exit-code)
+  3      the lock (or --permits permit) was not obtained: held by another owner
+         (no permit free) with -n, or not within --wait; run and hold take
+         another status with -E N (--conflict-exit-code)
   4      Redis unreachable: connection refused, timeout, DNS, TLS
   5      Redis refused the credentials (wrong user or password, missing ACL permission)
-  6      run, hold: the lock was lost (run stopped COMMAND)
+  6      run, hold: the lock (or permit) was lost (run stopped COMMAND)
   126    run: COMMAND could not be executed
   127    run: COMMAND was not found
   128+N  run: COMMAND was killed by signal N, or dlock by signal N while waiting
