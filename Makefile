@@ -37,7 +37,8 @@ test: redis
 # minutes. One scenario quickly, printed only (BENCHMARKS.md untouched):
 #   cd bench && go run . -only hot -duration 5s              # ~2 min, 3 rounds
 #   cd bench && go run . -only hot -duration 5s -rounds 1 -libs dlock,rueidislock
-# Scenarios: unc, hot, redlock, watchdog, waiters; go run . -h lists the flags.
+#   cd bench && go run . -only sem                         # permit semaphore, ~30 s
+# Scenarios: unc, hot, redlock, watchdog, waiters, sem; go run . -h lists the flags.
 bench: redis
 	cd bench && $(GO) run . -out ../BENCHMARKS.md -png wait-distribution.png -command "make bench"
 

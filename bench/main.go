@@ -50,6 +50,9 @@ type config struct {
 	redWarm, redWindow time.Duration
 	redRounds          int
 
+	// Permit semaphore (semaphore.go).
+	sem semConfig
+
 	profileDir string
 }
 
@@ -62,6 +65,7 @@ func defaultConfig() config {
 		wdLocks: 10000, wdRenewal: 3 * time.Second, wdWindow: 6 * time.Second,
 		waitLocks: 1000, waiters: 10000, waitSettle: 2 * time.Second, waitWindow: 3 * time.Second,
 		redWarm: 500 * time.Millisecond, redWindow: time.Second, redRounds: 2,
+		sem: defaultSemConfig(),
 	}
 }
 
@@ -76,6 +80,7 @@ var scenarios = []struct {
 	{"redlock", nil}, // redLibs
 	{"watchdog", []string{"dlock", "redsync", "redislock-10ms", "rueidislock"}},
 	{"waiters", []string{"dlock", "dlock-fair", "redsync", "redislock-10ms", "rueidislock"}},
+	{"sem", nil}, // cfg.sem.libs
 }
 
 func scenarioLibs(name string) []string {
@@ -112,7 +117,7 @@ func run() error {
 	command := flag.String("command", "", "the command to record in the report (default: this program's command line)")
 	only := flag.String("only", strings.Join(names, ","), "comma-separated scenarios to run: "+strings.Join(names, ", "))
 	libIDs := flag.String("libs", "", "comma-separated library ids to run (default: all; RedLock has dlock, dlock-watchdog and redsync)")
-	duration := flag.Duration("duration", 0, "measured window of every run (defaults: unc 2s, hot 6s, redlock 1s, watchdog 6s, waiters 3s)")
+	duration := flag.Duration("duration", 0, "measured window of every run (defaults: unc 2s, hot 6s, redlock 1s, watchdog 6s, waiters 3s, sem 4s)")
 	rounds := flag.Int("rounds", 0, "rounds of the uncontended (default 3), hot (default 3) and RedLock (default 2) scenarios")
 	quick := flag.Bool("quick", false, "short windows and small counts, to check that everything runs")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write a CPU profile of every worker process into this directory")
@@ -123,10 +128,11 @@ func run() error {
 		cfg.wdLocks, cfg.wdRenewal, cfg.wdWindow = 1000, time.Second, 2*time.Second
 		cfg.waitLocks, cfg.waiters, cfg.waitSettle, cfg.waitWindow = 100, 1000, time.Second, time.Second
 		cfg.redWarm, cfg.redWindow, cfg.redRounds = 300*time.Millisecond, 500*time.Millisecond, 1
+		cfg.sem.quick()
 	}
 	if *duration > 0 {
 		cfg.uncWindow, cfg.hotWindow, cfg.redWindow = *duration, *duration, *duration
-		cfg.wdWindow, cfg.waitWindow = *duration, *duration
+		cfg.wdWindow, cfg.waitWindow, cfg.sem.window = *duration, *duration, *duration
 	}
 	if *rounds > 0 {
 		cfg.rounds, cfg.hotRounds, cfg.redRounds = *rounds, *rounds, *rounds
@@ -142,6 +148,9 @@ func run() error {
 		if *libIDs == "" || slices.Contains(want, l.id) {
 			cfg.redLibs = append(cfg.redLibs, l)
 		}
+	}
+	if *libIDs != "" {
+		cfg.sem.libs = slices.DeleteFunc(slices.Clone(cfg.sem.libs), func(l semLib) bool { return !slices.Contains(want, l.id) })
 	}
 	run := strings.Split(*only, ",")
 	for _, s := range run {

@@ -92,6 +92,7 @@ type report struct {
 	watchdog []*watchdogResult
 	waiters  []*waitersResult
 	red      []*redlockResult // by servers, then goroutines, then library
+	sem      []*semResult
 }
 
 // uncontendedGoroutines are the concurrencies of the uncontended and
@@ -190,6 +191,9 @@ func (r *report) runAll(run []string) {
 			}
 			r.waiters = append(r.waiters, res)
 		}
+	}
+	if slices.Contains(run, "sem") {
+		r.runSems()
 	}
 }
 
@@ -322,17 +326,22 @@ func (r *report) markdown(out string) string {
 	w("| dlock | commit %s |\n", e.commit)
 	w("| peers | %s |\n\n", strings.Join(e.modules, ", "))
 	t := newTable("library", "configuration", "round trips counted by")
+	rows := 0
 	for _, l := range r.cfg.libs {
 		if slices.ContainsFunc(r.run, func(s string) bool { return slices.Contains(scenarioLibs(s), l.id) }) {
 			t.row(l.id, l.settings, l.hook)
+			rows++
 		}
 	}
-	w("%s\n", t)
+	if rows > 0 {
+		w("%s\n", t)
+	}
 	r.writeUncontended(w)
 	r.writeHot(w, out)
 	r.writeRedlock(w)
 	r.writeWatchdog(w)
 	r.writeWaiters(w)
+	r.writeSem(w)
 	return b.String()
 }
 

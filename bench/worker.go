@@ -39,6 +39,13 @@ type job struct {
 	// Settle and Window: how long the watchdog and waiter-scale workers
 	// let things settle, then measure.
 	Settle, Window time.Duration
+	// Permit semaphore (semaphore.go): permits, how long each is held,
+	// wake-up samples, the pollers' interval and the wait before a
+	// wake-up's release.
+	Permits    int
+	Hold, Poll time.Duration
+	Samples    int
+	Settle2    time.Duration
 	// Profile, when set, is where the worker writes a CPU profile.
 	Profile string
 }
@@ -64,6 +71,18 @@ func runWorker() error {
 	if j.Mode == "redlock" {
 		// Its libraries are configured for several servers (redLibs).
 		res, err := redlockWorker(j)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	if j.Mode == "sem" {
+		// Its contenders are semaphores (semLibs).
+		l, err := semLibByID(j.Lib)
+		if err != nil {
+			return err
+		}
+		res, err := semWorker(j, l)
 		if err != nil {
 			return err
 		}
