@@ -202,6 +202,24 @@ func (k *contract) wipe(name string) {
 	}
 }
 
+// awaitWaiter waits until a waiter for lock name has subscribed to its
+// channel, and returns that channel ("" when the kind polls).
+func (k *contract) awaitWaiter(name string) (channel string) {
+	k.t.Helper()
+	if k.channel == nil || len(k.admins) != 1 {
+		return ""
+	}
+	eventually(k.t, 5*time.Second, func() error {
+		chs, err := k.admins[0].PubSubChannels(context.Background(), k.channel(name)).Result()
+		if err != nil || len(chs) != 1 {
+			return fmt.Errorf("no waiter subscribed yet (%v, %v)", chs, err)
+		}
+		channel = chs[0]
+		return nil
+	})
+	return channel
+}
+
 // noRenewals fails unless no Client of cs renews a lock.
 func noRenewals(t *testing.T, cs []*Client) {
 	t.Helper()
@@ -273,6 +291,11 @@ func (k *contract) reentrancy(name string) {
 	}
 	if l1.Err() != nil {
 		t.Fatal("outer lock context ended before its Unlock")
+	}
+	if in, ok := l.(inspector); ok {
+		if n, err := in.HoldCount(l1); n != 1 || err != nil {
+			t.Errorf("HoldCount = %d, %v after two Unlocks; want 1", n, err)
+		}
 	}
 	if err := l.Unlock(l1); err != nil {
 		t.Fatal(err)
@@ -354,16 +377,7 @@ func (k *contract) missedNotice(name string) {
 	wc := gatedClient(t, &g)
 	waiter := k.mustOpen([]*Client{wc}, name)
 	got := lockAndUnlock(ctx, waiter)
-	pattern := k.channel(name)
-	var channel string
-	eventually(t, 5*time.Second, func() error {
-		chs, err := wc.rdb.PubSubChannels(ctx, pattern).Result()
-		if err != nil || len(chs) != 1 {
-			return errors.New("waiter not subscribed yet")
-		}
-		channel = chs[0]
-		return nil
-	})
+	channel := k.awaitWaiter(name)
 	missNotice(t, wc, &g, channel, func() error { return holder.Unlock(held) })
 	if err := recv(t, got, 10*time.Second, "waiter after missing the unlock message"); err != nil {
 		t.Fatal(err)
@@ -382,6 +396,7 @@ func (k *contract) forceUnlock(name string) {
 	}
 	l := mustLock(t, ctx, holder)
 	got := lockAndUnlock(ctx, k.mustRival(k.newClients(), name))
+	k.awaitWaiter(name)
 	if ok, err := f.ForceUnlock(ctx); !ok || err != nil {
 		t.Fatalf("ForceUnlock = %v, %v", ok, err)
 	}
@@ -499,14 +514,7 @@ func (k *contract) close(name string) {
 		_, err := waiter.Lock(ctx)
 		got <- err
 	}()
-	if k.channel != nil && len(k.admins) == 1 {
-		eventually(t, 5*time.Second, func() error {
-			if n, _ := k.admins[0].PubSubChannels(ctx, k.channel(name)).Result(); len(n) == 0 {
-				return errors.New("waiter not subscribed yet")
-			}
-			return nil
-		})
-	}
+	k.awaitWaiter(name)
 	for _, c := range cs {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)

@@ -162,23 +162,9 @@ func TestUnlockGoesOnAfterError(t *testing.T) {
 	})
 }
 
+// TestBadCallsReturnErrors: New refuses clients it cannot serve. (Bad
+// calls on handles are the contract suite's, contract_test.go.)
 func TestBadCallsReturnErrors(t *testing.T) {
-	ctx := context.Background()
-	var zero Mutex
-	if _, err := zero.Lock(ctx); !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("zero Mutex Lock: %v", err)
-	}
-	if err := zero.Unlock(ctx); !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("zero Mutex Unlock: %v", err)
-	}
-	m := mustMutex(t, newClient(t, nil), lockName(t))
-	//lint:ignore SA1012 a nil context is the bad input under test
-	if _, err := m.Lock(nil); !errors.Is(err, ErrInvalidOption) { //nolint:staticcheck
-		t.Errorf("Lock(nil): %v", err)
-	}
-	if _, err := m.IsLocked(nil); !errors.Is(err, ErrInvalidOption) { //nolint:staticcheck
-		t.Errorf("IsLocked(nil): %v", err)
-	}
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": redisAddr}})
 	defer ring.Close()
 	if _, err := New(ring); !errors.Is(err, ErrInvalidOption) {

@@ -494,29 +494,6 @@ func TestFairReentrancy(t *testing.T) {
 	}
 }
 
-// TestFairLostNotice: the waiter's pub/sub connection is killed and cannot
-// come back before the unlock is published, so the message is lost; the
-// resubscription must wake the waiter long before the holder's 30 s lease
-// would run out.
-func TestFairLostNotice(t *testing.T) {
-	ctx := t.Context()
-	name := lockName(t)
-	noChannelsLeft(t, name)
-	holder := mustFair(t, newClient(t, nil), name)
-	var g dialGate
-	wc := gatedClient(t, &g)
-	waiter := mustFair(t, wc, name)
-	held := mustLock(t, ctx, holder)
-	owner, got := fairWaiter(t, ctx, waiter, 1)
-	ch := waiter.kind.channel(owner)
-	waitForSubscriber(t, wc, ch)
-	missNotice(t, wc, &g, ch, func() error { return holder.Unlock(held) })
-	l := await(t, got, 10*time.Second, "waiter after missing the unlock message")
-	if err := waiter.Unlock(l); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // waitForSubscriber waits until some goroutine of c waits on channel with
 // a confirmed subscription.
 func waitForSubscriber(t testing.TB, c *Client, channel string) {

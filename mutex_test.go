@@ -16,51 +16,6 @@ func TestMutualExclusion(t *testing.T) {
 	checkMutualExclusion(t, name, 2, 8, 2000, func(c *Client) Locker { return mustMutex(t, c, name) })
 }
 
-func TestReentrancy(t *testing.T) {
-	ctx := context.Background()
-	m := mustMutex(t, newClient(t, nil), lockName(t))
-	l1 := mustLock(t, ctx, m)
-	l2 := mustLock(t, l1, m)
-	l3 := mustLock(t, context.WithValue(l2, struct{}{}, 1), m) // derived contexts re-enter too
-	for _, l := range []context.Context{l1, l2, l3} {
-		if n, err := m.HoldCount(l); err != nil || n != 3 {
-			t.Fatalf("HoldCount = %d, %v; want 3", n, err)
-		}
-	}
-	if n, err := m.HoldCount(ctx); n != 0 || err != nil {
-		t.Errorf("HoldCount without owner = %d, %v; want 0", n, err)
-	}
-	for i, l := range []context.Context{l3, l2} {
-		if err := m.Unlock(l); err != nil {
-			t.Fatal(err)
-		}
-		if l.Err() == nil || !errors.Is(context.Cause(l), ErrUnlocked) {
-			t.Errorf("lock context %d not ended with ErrUnlocked: %v", i, context.Cause(l))
-		}
-		if !isLocked(t, m) {
-			t.Fatal("lock freed before the last Unlock")
-		}
-	}
-	if l1.Err() != nil {
-		t.Fatal("outer lock context ended before its Unlock")
-	}
-	if n, err := m.HoldCount(l1); n != 1 || err != nil {
-		t.Errorf("HoldCount = %d, %v; want 1", n, err)
-	}
-	if err := m.Unlock(l1); err != nil {
-		t.Fatal(err)
-	}
-	if isLocked(t, m) {
-		t.Error("still locked after the last Unlock")
-	}
-	if err := m.Unlock(l1); !errors.Is(err, ErrNotHeld) {
-		t.Errorf("extra Unlock: %v, want ErrNotHeld", err)
-	}
-	if n := m.c.watchdog.Len(); n != 0 {
-		t.Errorf("watchdog still renews %d locks", n)
-	}
-}
-
 // TestSharedHandleExcludes: goroutines sharing one Mutex but not its lock
 // context are different owners, as with a sync.Mutex field.
 func TestSharedHandleExcludes(t *testing.T) {
@@ -282,31 +237,6 @@ func waitForWaiter(t testing.TB, c *Client, name string) {
 	})
 }
 
-// TestWaiterSurvivesPubSubKill: the waiter's subscription connection is
-// killed and cannot come back before the unlock is published, so the
-// message is lost; the resubscription must wake the waiter well before the
-// 30 s lease of the holder would run out.
-func TestWaiterSurvivesPubSubKill(t *testing.T) {
-	ctx := t.Context()
-	name := lockName(t)
-	holder := mustMutex(t, newClient(t, nil), name)
-	var g dialGate
-	wc := gatedClient(t, &g)
-	waiter := mustMutex(t, wc, name)
-	l := mustLock(t, ctx, holder)
-	got := lockAndUnlock(ctx, waiter)
-	waitForWaiter(t, wc, name)
-	missNotice(t, wc, &g, prefixName(channelPrefix, name), func() error { return holder.Unlock(l) })
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter did not acquire after missing the unlock message")
-	}
-}
-
 func TestCancelWhileWaiting(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
@@ -400,66 +330,4 @@ func TestFencingTokens(t *testing.T) {
 	if v, err := a.c.rdb.Get(ctx, "redisson_lock_token:{"+name+"}").Int64(); v != last() || err != nil {
 		t.Errorf("token key = %d, %v; want %d", v, err, last())
 	}
-}
-
-func TestForceUnlockWakesWaiter(t *testing.T) {
-	ctx := context.Background()
-	name := lockName(t)
-	hc := newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond))
-	holder := mustMutex(t, hc, name)
-	wc := newClient(t, nil)
-	waiter := mustMutex(t, wc, name)
-	l := mustLock(t, ctx, holder)
-	got := lockAndUnlock(ctx, waiter)
-	waitForWaiter(t, wc, name)
-	if ok, err := waiter.ForceUnlock(ctx); !ok || err != nil {
-		t.Fatalf("ForceUnlock = %v, %v", ok, err)
-	}
-	if err := recv(t, got, 5*time.Second, "waiter after ForceUnlock"); err != nil {
-		t.Fatal(err)
-	}
-	awaitDone(t, l, 5*time.Second, "old holder told by the watchdog")
-	if !errors.Is(context.Cause(l), ErrLockLost) {
-		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
-	}
-	if ok, _ := waiter.ForceUnlock(ctx); ok {
-		t.Error("ForceUnlock of a free lock reported a deletion")
-	}
-}
-
-func TestClose(t *testing.T) {
-	ctx := context.Background()
-	name := lockName(t)
-	holder := mustMutex(t, newClient(t, nil), name)
-	c := newClient(t, nil)
-	m := mustMutex(t, c, name)
-	other := mustMutex(t, c, name+":other")
-	l := mustLock(t, ctx, holder)
-	defer holder.Unlock(l)
-	ol := mustLock(t, ctx, other)
-	got := make(chan error, 1)
-	go func() {
-		_, err := m.Lock(ctx)
-		got <- err
-	}()
-	waitForWaiter(t, c, name)
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := recv(t, got, 5*time.Second, "waiting Lock after Close"); !errors.Is(err, ErrClosed) {
-		t.Errorf("waiting Lock: %v, want ErrClosed", err)
-	}
-	if !errors.Is(context.Cause(ol), ErrClosed) {
-		t.Errorf("held lock context: %v, want ErrClosed", context.Cause(ol))
-	}
-	if _, err := m.Lock(ctx); !errors.Is(err, ErrClosed) {
-		t.Errorf("Lock after Close: %v", err)
-	}
-	if _, err := c.NewMutex("x"); !errors.Is(err, ErrClosed) {
-		t.Errorf("NewMutex after Close: %v", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	c.rdb.Del(ctx, other.Name())
 }

@@ -404,27 +404,6 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 	}
 }
 
-// TestRWLostNotice: the waiting reader's pub/sub connection is killed and
-// cannot come back before the write unlock is published, so the message is
-// lost; the resubscription must wake the reader long before the writer's
-// 30 s lease would run out.
-func TestRWLostNotice(t *testing.T) {
-	ctx := t.Context()
-	name := lockName(t)
-	noChannelsLeft(t, name)
-	writer := mustRW(t, newClient(t, nil), name)
-	wl := mustLock(t, ctx, writer.WriteLock())
-	var g dialGate
-	rc := gatedClient(t, &g)
-	reader := mustRW(t, rc, name)
-	got := rwWaiter(t, ctx, rc, reader.ReadLock(), name, 1)
-	missNotice(t, rc, &g, prefixName(rwChannelPrefix, name), func() error { return writer.WriteLock().Unlock(wl) })
-	l := await(t, got, 10*time.Second, "reader after missing the unlock message")
-	if err := reader.ReadLock().Unlock(l); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestRWFencing(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
