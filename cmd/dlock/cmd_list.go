@@ -80,7 +80,7 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 	}
 	all := make([][]lockState, len(s.rdbs))
 	for i, rdb := range s.rdbs {
-		if all[i], err = listLocks(ctx, rdb, pattern); err != nil {
+		if all[i], err = listLocksAndSemaphores(ctx, rdb, pattern); err != nil {
 			return redisError("list on "+s.eps[i].display, err)
 		}
 		// Records from this server first; a RedLock's are on the first.
@@ -139,6 +139,16 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) (
 		if st.Locked {
 			locks = append(locks, st)
 		}
+	}
+	return locks, nil
+}
+
+// listLocksAndSemaphores is listLocks plus the permit semaphores with
+// permits held, sorted by name: what dlock list shows.
+func listLocksAndSemaphores(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]lockState, error) {
+	locks, err := listLocks(ctx, rdb, pattern)
+	if err != nil {
+		return nil, err
 	}
 	sems, err := listSemaphores(ctx, rdb, pattern)
 	if err != nil {

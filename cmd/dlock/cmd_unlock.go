@@ -73,6 +73,9 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 			break
 		}
 	}
+	if st.Semaphore != nil {
+		return exitf(exitFailure, "unlock: %q is a semaphore, not a lock; a permit comes back when it is released or its lease runs out", name)
+	}
 	if !st.Locked {
 		fmt.Fprintf(c.stdout, "lock %q is not held; nothing to unlock\n", name)
 		return nil

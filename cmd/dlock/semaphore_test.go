@@ -310,3 +310,17 @@ func TestSemaphoreName(t *testing.T) {
 		}
 	}
 }
+
+// TestUnlockSemaphore: unlock --force refuses a semaphore, which is not a
+// lock, and leaves it alone.
+func TestUnlockSemaphore(t *testing.T) {
+	prefix := "golden:unlocksem:"
+	goldenSemaphores(t, prefix)
+	r := cliRun(t, "unlock", "--force", "--yes", prefix+"permits")
+	if want := `dlock: unlock: "` + prefix + `permits" is a semaphore, not a lock`; r.code != exitFailure || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("exit %d, stderr %q; want %d, %q", r.code, r.stderr, exitFailure, want)
+	}
+	if !exists(t, newRedis(t), layout.Suffixed(prefix+"permits", "timeout")) {
+		t.Error("the semaphore's permits were deleted")
+	}
+}
