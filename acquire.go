@@ -48,8 +48,14 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 		switch {
 		case err != nil:
 			return nil, err
+		case g.ok && time.Since(g.start) >= validity(h.kind, req.lease):
+			h.giveBack(req) // handed over too late to be worth anything: try again
 		case g.ok: // handed over by a release of this Client
-			return h.c.register(ctx, h, req, g.token, g.start)
+			lockCtx, err := h.c.register(ctx, h, req, g.token, g.start)
+			if err != nil {
+				h.giveBack(req)
+			}
+			return lockCtx, err
 		}
 	}
 }
@@ -95,6 +101,11 @@ func (h *handle) attemptOnce(ctx context.Context, req request, last error) (cont
 	case err != nil:
 		h.leave(req)
 		return nil, res, fmt.Errorf("dlock: lock %q: %w", h.name, err)
+	case res.lost:
+		// The hold this re-entry was for is gone: the outer holds were
+		// lost, whether or not another owner came in between.
+		h.c.lose(hd, fmt.Errorf("%w: %q: gone when re-entered", ErrLockLost, h.name))
+		return nil, res, fmt.Errorf("%w: %q: %w: the hold it re-enters is gone", ErrNotObtained, h.name, ErrLockLost)
 	case res.acquired && time.Since(start) >= validity(h.kind, req.lease):
 		// The answer came after the lease it set had run out on our
 		// clock (a long outage, a command re-sent after a restart): the
@@ -365,6 +376,7 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 		case <-w.timer.C:
 		case g = <-granted:
 		case <-ctx.Done():
+		case <-w.h.c.done: // Close: a first sleep waits on Ready, which may never come
 		}
 		if !g.ok && !g.freed && w.place != nil {
 			g = w.handedOver(ctx)
@@ -429,7 +441,7 @@ func (w *waiter) handedOver(ctx context.Context) grant {
 		return g
 	case <-ctx.Done():
 		h.c.background(h.holdKey(w.req.owner), func(context.Context) {
-			if g := <-w.place.grant; g.ok {
+			if g := <-w.place.grant; g.ok || g.unknown {
 				h.giveBack(w.req)
 			}
 		})

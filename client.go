@@ -38,6 +38,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	holds  map[holdKey]*hold
+	done   chan struct{}      // closed by Close
 	busy   map[holdKey]*busy  // background operations per owner's hold
 	queues map[lockKey]*queue // per lock, waiters a release can hand it to
 	// holders maps a lock to one of this Client's holds on it.
@@ -90,6 +91,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cluster: isCluster(rdb),
 		holds:   map[holdKey]*hold{},
 		busy:    map[holdKey]*busy{},
+		done:    make(chan struct{}),
 		queues:  map[lockKey]*queue{},
 		holders: map[lockKey]*hold{},
 	}
@@ -126,6 +128,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	close(c.done)
 	holds := c.holds
 	c.holds = map[holdKey]*hold{}
 	c.mu.Unlock()

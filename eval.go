@@ -43,7 +43,10 @@ func (c *Client) evalCounted(ctx context.Context, s *redis.Script, keys []string
 			sends = new(sendCounter)
 			cmd = s.Eval(ctx, c.rdb, keys, append(args, sends)...)
 		}
-		resent = sends.n.Load() > 1
+		// A repeat within any try (go-redis re-sends inside one) may
+		// answer for a run whose reply was lost, even if a later try
+		// met a refusal that a cluster or a failover clears.
+		resent = resent || sends.n.Load() > 1
 		c.reroute(ctx, cmd.Err())
 		return cmd.Err()
 	})

@@ -52,11 +52,12 @@ type place struct {
 // grant is the outcome of a hand-over to a place: ok when the lock is the
 // waiter's now, with its token and the time the hand-over was sent (its
 // lease counts from then); freed when the release freed the lock and
-// published instead, so that another process's waiter gets its turn.
+// published instead, so that another process's waiter gets its turn;
+// unknown when the release got no answer (the lock may be the waiter's).
 type grant struct {
-	ok, freed bool
-	token     int64
-	start     time.Time
+	ok, freed, unknown bool
+	token              int64
+	start              time.Time
 }
 
 // handoff is what a releaseTo did.
@@ -171,9 +172,13 @@ func (c *Client) nextWaiter(h *handle) (*place, string) {
 }
 
 // handedOver records the outcome of a hand-over to p and tells its Lock.
+// The grant goes out with c.mu held, together with chosen: a Lock that
+// wakes in between must find one or the other (dequeue).
 func (c *Client) handedOver(h *handle, p *place, g grant) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	p.chosen = false
+	p.grant <- g // buffered, and sent once per choice: never blocks
 	if q := c.queues[h.queueKey()]; g.ok {
 		if q == nil {
 			q = &queue{}
@@ -186,6 +191,4 @@ func (c *Client) handedOver(h *handle, p *place, g grant) {
 			delete(c.queues, h.queueKey())
 		}
 	}
-	c.mu.Unlock()
-	p.grant <- g
 }

@@ -68,6 +68,7 @@ type request struct {
 
 type attemptResult struct {
 	acquired bool
+	lost     bool          // a re-entry found the owner's hold gone
 	token    int64         // fencing token, when acquired and fenced
 	ttl      time.Duration // when not acquired: how long the current hold has left
 	// reason, when not acquired, says why in more detail than "held by
@@ -137,8 +138,11 @@ func parseAttempt(res []int64) (attemptResult, error) {
 	if len(res) != 2 {
 		return attemptResult{}, errors.New("unexpected reply from the acquire script")
 	}
-	if res[0] == 1 {
+	switch res[0] {
+	case 1:
 		return attemptResult{acquired: true, token: res[1]}, nil
+	case -2:
+		return attemptResult{lost: true}, nil
 	}
 	ttl := time.Duration(res[1]) * time.Millisecond
 	if res[1] == -2 {
@@ -153,11 +157,14 @@ func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-// fenceArg is the fencing argument of acquire scripts (fence.lua): "-1"
-// not fenced, "0" a first acquisition, the owner's previous token for a
-// re-entry, "-2" for a re-entry without one.
+// fenceArg is the fencing and re-entry argument of acquire scripts
+// (fence.lua): "-1" not fenced, "-3" a re-entry not fenced, "0" a fenced
+// first acquisition, the owner's previous token for a fenced re-entry, "-2"
+// for a fenced re-entry without one.
 func fenceArg(r request) string {
 	switch {
+	case !r.fence && r.reentry:
+		return "-3"
 	case !r.fence:
 		return "-1"
 	case !r.reentry:

@@ -150,7 +150,7 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 	start := time.Now()
 	n := len(k.nodes)
 	failed := make([]*NodeError, n)
-	var ok, refused, held int
+	var ok, refused, held, gone int
 	var token int64
 	// Recorded before any is sent, so that a release issued after this
 	// attempt returns waits for each of them, even one not sent yet.
@@ -169,6 +169,10 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 		case err != nil:
 			failed[i] = &NodeError{k.nodes[i].addr, err}
 			refused++
+		case res.lost:
+			failed[i] = &NodeError{k.nodes[i].addr, fmt.Errorf("%w: the owner's hold is gone", ErrLockLost)}
+			refused++
+			gone++
 		case !res.acquired:
 			failed[i] = &NodeError{k.nodes[i].addr, fmt.Errorf("%w: held by another owner for %v", ErrNotObtained, res.ttl)}
 			refused++
@@ -184,6 +188,9 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 	})
 
 	var reason error
+	if r.reentry && gone > n-k.quorum {
+		return attemptResult{lost: true}, nil // no quorum has the hold any more
+	}
 	if ok < k.quorum {
 		reason = k.quorumError("lock", failed)
 	} else if r.fence {

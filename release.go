@@ -154,13 +154,17 @@ func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
 	if ok && first {
 		next, when = h.c.nextWaiter(h)
 	}
-	if next == nil {
+	if next == nil || h.c.cfg.replicas.enabled() { // a hand-over would skip the replica sync
+		if next != nil {
+			h.c.handedOver(h, next, grant{})
+		}
 		res, err = h.kind.release(ctx, req)
 	} else {
 		start := time.Now()
 		var ho handoff
 		ho, err = hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
-		h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, token: ho.token, start: start})
+		h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil,
+			token: ho.token, start: start})
 		res = ho.res
 	}
 	if err == nil && res == notHeld {

@@ -28,6 +28,9 @@
 local lease = tonumber(ARGV[1])
 local owner = ARGV[2]
 local wait = tonumber(ARGV[3])
+if reentry(ARGV[5]) and redis.call('hexists', KEYS[1], owner) == 0 then
+  return {-2, 0} -- the hold this re-entry is for is gone
+end
 local now = nowMillis()
 purge(KEYS[1], KEYS[2], KEYS[3], now, owner)
 

@@ -9,14 +9,17 @@
 --          whose previous token was T (see fence in fence.lua)
 --
 -- Returns {1, token} when the owner holds the lock now (token 0 when not
--- fenced), {0, pttl} when another owner holds it.
+-- fenced), {0, pttl} when another owner holds it, {-2, 0} when a re-entry
+-- finds the owner's hold gone.
 --
 -- Running it twice is harmless: the hold count of a dlock owner stays 1
 -- (the Client counts re-entries), so a command re-sent after a lost reply
 -- finds the owner's field and only sets the lease again. Owner names are
 -- unique per lock-context chain, so a field that exists is this chain's.
 local held = false
-if redis.call('exists', KEYS[1]) == 0 then
+if reentry(ARGV[3]) and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return {-2, 0}
+elseif redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   held = true

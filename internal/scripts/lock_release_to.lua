@@ -32,7 +32,7 @@ local hand = ARGV[7] == 'always'
 if ARGV[7] == 'numsub' or ARGV[7] == 'shardnumsub' then
   -- pcall: a user without +pubsub (ACL) frees the lock instead.
   local subs = redis.pcall('pubsub', ARGV[7], KEYS[2])
-  hand = type(subs) == 'table' and tonumber(subs[2]) <= tonumber(ARGV[8])
+  hand = type(subs) == 'table' and subs.err == nil and tonumber(subs[2]) <= tonumber(ARGV[8])
 end
 if hand then
   redis.call('hset', KEYS[1], ARGV[4], 1)

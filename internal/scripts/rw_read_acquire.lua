@@ -8,8 +8,8 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner
 -- ARGV[3]  owner's write field (<owner>:write)
--- ARGV[4]  fencing: "-1" none, anything else a new token (readers share
---          the lock, so every read acquisition takes one)
+-- ARGV[4]  fencing and re-entry (fence.lua); readers share the lock, so
+--          every fenced read acquisition takes a new token
 -- ARGV[5]  longest sleep, in milliseconds, while the writer also holds
 --          read locks (see below)
 --
@@ -22,6 +22,9 @@
 -- one read hold in Redis (the Client counts re-entries), whose lease a
 -- re-sent command only sets again.
 local lease = tonumber(ARGV[1])
+if reentry(ARGV[4]) and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return {-2, 0} -- the hold this re-entry is for is gone
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'read'
     or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1)
@@ -42,7 +45,7 @@ if mode == 'read'
     redis.call('pexpire', KEYS[1], lease)
   end
   local token = 0
-  if ARGV[4] ~= '-1' then
+  if fenced(ARGV[4]) then
     token = redis.call('incr', KEYS[3])
   end
   return {1, token}

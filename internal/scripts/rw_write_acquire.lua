@@ -15,6 +15,9 @@
 -- harmless: a dlock owner's write count stays 1 (the Client counts
 -- re-entries).
 local lease = tonumber(ARGV[1])
+if reentry(ARGV[4]) and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return {-2, 0} -- the hold this re-entry is for is gone
+end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if (not mode and redis.call('exists', KEYS[1]) == 0)
     or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1) then

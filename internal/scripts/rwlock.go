@@ -24,7 +24,7 @@ var (
 // Read-write lock (Redisson ReadWriteLock) scripts. The write half is
 // renewed by LockRenew, like every lock with one hash field per owner.
 var (
-	RWReadAcquire  = redis.NewScript(rwReadAcquire)
+	RWReadAcquire  = redis.NewScript(fence + rwReadAcquire)
 	RWReadRelease  = redis.NewScript(rwReadRelease)
 	RWReadRenew    = redis.NewScript(rwReadRenew)
 	RWWriteAcquire = redis.NewScript(fence + rwWriteAcquire)
