@@ -114,14 +114,7 @@ func (s *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	if n < 0 {
-		return false, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
-	}
-	set, err := runScript(ctx, s.c, scripts.SemTrySet, []string{s.name, s.channel}, n, s.c.publish).Int()
-	if err != nil {
-		return false, fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, err)
-	}
-	return set == 1, nil
+	return trySetPermits(ctx, s.c, s.name, s.channel, n)
 }
 
 // SetPermits makes the semaphore's total, the permits available plus those

@@ -66,12 +66,18 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
+	return trySetPermits(ctx, s.c, s.name, s.channel, n)
+}
+
+// trySetPermits is TrySetPermits of both semaphore kinds, which share the
+// key of the available count and the channel.
+func trySetPermits(ctx context.Context, c *Client, name, channel string, n int) (bool, error) {
 	if n < 0 {
-		return false, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
+		return false, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, name, n)
 	}
-	set, err := runScript(ctx, s.c, scripts.SemTrySet, []string{s.name, s.channel}, n, s.c.publish).Int()
+	set, err := runScript(ctx, c, scripts.SemTrySet, []string{name, channel}, n, c.publish).Int()
 	if err != nil {
-		return false, fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, err)
+		return false, fmt.Errorf("dlock: semaphore %q: set permits: %w", name, err)
 	}
 	return set == 1, nil
 }

@@ -85,7 +85,7 @@ func runScript(ctx context.Context, c *Client, s scripts.Script, keys []string, 
 			// slot map reloaded so that the next call finds the new master.
 			cc.ReloadState(ctx)
 		}
-		retry := refused(err) || !s.Idempotent && notSent(err)
+		retry := transient(err) || !s.Idempotent && notSent(err)
 		if !retry || time.Now().Add(pause).After(deadline) {
 			if err != nil && !s.Idempotent && !errors.As(err, &reply) && !notSent(err) {
 				cmd.SetErr(fmt.Errorf("%w: %w", ErrNoReply, err))
@@ -144,25 +144,13 @@ func notSent(err error) bool {
 // deadline.
 const refusalBudget = 5 * time.Second
 
-// refused reports an error reply that means the script was not run and
-// will be served later.
-func refused(err error) bool {
-	if err == nil {
-		return false
-	}
-	_, ask := redis.IsAskError(err)
-	_, moved := redis.IsMovedError(err)
-	return ask || moved || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) ||
-		redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) || redis.IsLoadingError(err)
-}
-
 // noAnswer reports an error that says Redis did not answer, or refused for
 // the moment: a timeout, a broken or refused connection, a cluster without
 // a master for the slot. Trying again later may work.
 func noAnswer(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || refused(err)
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || transient(err)
 }
 
 // doneErr is ctx's error, counting a deadline that has passed as exceeded

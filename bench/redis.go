@@ -80,6 +80,31 @@ func sampleServer(ctx context.Context, rdb *redis.Client) (serverStats, error) {
 	return st, nil
 }
 
+// steady is what a scenario measures over its window of steady load.
+type steady struct {
+	roundTrips int64         // the library's round trips
+	clientCPU  time.Duration // this process's CPU time
+	server     commandDelta  // what the server did
+}
+
+// measureSteady waits settle, then measures lk's round trips, this
+// process's CPU and the server's commands over window.
+func measureSteady(ctx context.Context, admin *redis.Client, lk locker, settle, window time.Duration) (steady, error) {
+	time.Sleep(settle)
+	s0, err := sampleServer(ctx, admin)
+	if err != nil {
+		return steady{}, err
+	}
+	cpu0, rt0 := cpuTime(), lk.roundTrips()
+	time.Sleep(window)
+	cpu1, rt1 := cpuTime(), lk.roundTrips()
+	s1, err := sampleServer(ctx, admin)
+	if err != nil {
+		return steady{}, err
+	}
+	return steady{roundTrips: rt1 - rt0, clientCPU: cpu1 - cpu0, server: s1.delta(s0)}, nil
+}
+
 // sampleServers samples every server of admins and adds their counters
 // up, as if they were one server.
 func sampleServers(ctx context.Context, admins []*redis.Client) (serverStats, error) {

@@ -100,22 +100,13 @@ func waitersWorker(j job, l lib) (*waitersResult, error) {
 		}()
 	}
 
-	time.Sleep(j.Settle)
-	s0, err := sampleServer(ctx, admin)
+	st, err := measureSteady(ctx, admin, lk, j.Settle, j.Window)
 	if err != nil {
 		return nil, err
 	}
-	cpu0, rt0 := cpuTime(), lk.roundTrips()
-	time.Sleep(j.Window)
-	cpu1, rt1 := cpuTime(), lk.roundTrips()
-	s1, err := sampleServer(ctx, admin)
-	if err != nil {
-		return nil, err
-	}
-	d := s1.delta(s0)
-	r.ClientPerSec = float64(rt1-rt0) / j.Window.Seconds()
-	r.TotalPerSec = float64(d.total) / j.Window.Seconds()
-	r.ClientCPU, r.RedisCPU = cpu1-cpu0, d.cpu
+	r.ClientPerSec = float64(st.roundTrips) / j.Window.Seconds()
+	r.TotalPerSec = float64(st.server.total) / j.Window.Seconds()
+	r.ClientCPU, r.RedisCPU = st.clientCPU, st.server.cpu
 	if r.PubSubConns, r.Conns, err = connections(ctx, admin); err != nil {
 		return nil, err
 	}

@@ -49,23 +49,14 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 	unlocks, errs, first := lockAll(ctx, lk, names)
 	r.LockTime = time.Since(start)
 
-	time.Sleep(j.Settle)
-	s0, err := sampleServer(ctx, admin)
-	if err != nil {
-		return nil, err
-	}
-	cpu0, rt0 := cpuTime(), lk.roundTrips()
-	time.Sleep(j.Window)
-	cpu1, rt1 := cpuTime(), lk.roundTrips()
-	s1, err := sampleServer(ctx, admin)
+	st, err := measureSteady(ctx, admin, lk, j.Settle, j.Window)
 	if err != nil {
 		return nil, err
 	}
 	r.Goroutines = runtime.NumGoroutine()
-	d := s1.delta(s0)
-	r.RenewPerSec = float64(rt1-rt0) / j.Window.Seconds()
-	r.TotalPerSec = float64(d.total) / j.Window.Seconds()
-	r.ClientCPU, r.RedisCPU = cpu1-cpu0, d.cpu
+	r.RenewPerSec = float64(st.roundTrips) / j.Window.Seconds()
+	r.TotalPerSec = float64(st.server.total) / j.Window.Seconds()
+	r.ClientCPU, r.RedisCPU = st.clientCPU, st.server.cpu
 
 	// A lease that was not renewed has expired by now: the window is
 	// longer than the lease.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -162,32 +161,7 @@ func listLocksAndSemaphores(ctx context.Context, rdb redis.UniversalClient, patt
 // scanHashes returns the names of the hashes matching pattern, sorted and
 // without duplicates, from every master of a cluster.
 func scanHashes(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
-	var (
-		mu    sync.Mutex
-		names []string
-	)
-	scan := func(ctx context.Context, node redis.Cmdable) error {
-		iter := node.ScanType(ctx, 0, pattern, scanCount, "hash").Iterator()
-		var found []string
-		for iter.Next(ctx) {
-			found = append(found, iter.Val())
-		}
-		mu.Lock()
-		names = append(names, found...)
-		mu.Unlock()
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
-	} else {
-		err = scan(ctx, rdb)
-	}
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(names)
-	return slices.Compact(names), nil
+	return scanType(ctx, rdb, pattern, "hash")
 }
 
 // printList prints one line per lock.

@@ -80,11 +80,7 @@ func StartCluster() (*Cluster, error) {
 func NewCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	c, err := StartCluster()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = c.Close() })
-	return c
+	return must(tb, c, err)
 }
 
 // Nodes returns all six nodes, masters and replicas, in no particular order.

@@ -58,11 +58,7 @@ func NewProxy(target string) (*Proxy, error) {
 func NewTestProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
 	p, err := NewProxy(target)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = p.Close() })
-	return p
+	return must(tb, p, err)
 }
 
 // Addr returns the address clients should connect to.

@@ -80,11 +80,7 @@ func StartSentinel() (s *Sentinel, err error) {
 func NewSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
 	s, err := StartSentinel()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return must(tb, s, err)
 }
 
 // sentinelArgs writes a sentinel configuration into dir and returns the
@@ -186,22 +182,7 @@ func (s *Sentinel) Failover(ctx context.Context) error {
 	if err = cmp.Or(err, failed); err != nil {
 		return err
 	}
-	var master *Server
-	err = waitUntil(ctx, sentinelReadyTimeout, "failover", func(ctx context.Context) error {
-		for _, n := range s.sentinels {
-			addr, err := s.masterAddr(ctx, n)
-			if err != nil {
-				return fmt.Errorf("sentinel %s: %w", n.Addr(), err)
-			}
-			if addr == old.Addr() {
-				return fmt.Errorf("sentinel %s still reports %s", n.Addr(), addr)
-			}
-			if master = s.server(addr); master == nil {
-				return fmt.Errorf("sentinel %s reports unknown master %s", n.Addr(), addr)
-			}
-		}
-		return checkRole(ctx, master, "master")
-	})
+	master, err := s.AwaitNewMaster(ctx, old)
 	if err != nil {
 		return err
 	}

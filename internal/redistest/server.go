@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -29,11 +30,18 @@ func StartServer(extraArgs ...string) (*Server, error) {
 func NewServer(tb testing.TB, extraArgs ...string) *Server {
 	tb.Helper()
 	s, err := StartServer(extraArgs...)
+	return must(tb, s, err)
+}
+
+// must is the New* flavour of a Start* function's result: it fails tb on
+// error and closes v when the test ends.
+func must[T io.Closer](tb testing.TB, v T, err error) T {
+	tb.Helper()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	tb.Cleanup(func() { _ = v.Close() })
+	return v
 }
 
 // StartServers starts n independent redis-servers in parallel, as needed for
