@@ -40,7 +40,10 @@
 // derived from it, re-enters the lock and increments the hold count, like a
 // Java thread taking an RLock again (the Client counts re-entries; Redis
 // only knows that the owner holds the lock). Two goroutines that share a
-// handle but not the lock context are two owners and exclude each other.
+// handle but not the lock context are two owners and exclude each other;
+// goroutines started with a lock context (an errgroup under a lock) share
+// its owner, and so do not exclude each other on a nested lock: give each
+// its own context for locks they must not share.
 // Each successful Lock returns its own context; Unlock with it ends that
 // context with cause ErrUnlocked, and the lock is free when every hold is
 // released.

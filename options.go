@@ -173,11 +173,13 @@ func WithLease(d time.Duration) LockOption {
 }
 
 // WithFencing makes every acquisition through the handle, reentrant ones
-// included, take a fencing token: a number that strictly increases per lock
-// name (Redisson's FencedLock counter, key redisson_lock_token:{name}).
-// Read it with Token. A resource that remembers the highest token it has
-// seen and rejects lower ones is safe against a holder that paused past its
-// lease.
+// included, take a fencing token from a counter per lock name (Redisson's
+// FencedLock counter, key redisson_lock_token:{name}): every owner's
+// tokens are above every earlier owner's, and never go down. (One owner
+// can see a token again: a re-sent command, or a re-entry after a
+// downgrade's read took the next one, keeps the last token.) Read it with
+// Token. A resource that remembers the highest token it has seen and
+// rejects lower ones is safe against a holder that paused past its lease.
 func WithFencing() LockOption {
 	return func(c *lockConfig) { c.fenced = true }
 }
