@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,36 @@ func TestUnlockSemaphore(t *testing.T) {
 	}
 	if !exists(t, newRedis(t), layout.Suffixed(prefix+"permits", "timeout")) {
 		t.Error("the semaphore's permits were deleted")
+	}
+}
+
+// TestRunPermitCrashedHolder: the permit of a dlock that was killed
+// (SIGKILL: no release) comes back when its lease runs out, and a waiting
+// dlock run then gets it: the cap survives a crash without leaking the
+// permit.
+func TestRunPermitCrashedHolder(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("COMMAND outlives a killed dlock without Linux's parent-death signal")
+	}
+	name := lockName(t)
+	marks := filepath.Join(t.TempDir(), "marks")
+	crashed, _, _ := dlockProcess(t, "run", "--permits", "1", "--watchdog", "1s", name, "sh", "-c", `echo first >> "$1"; exec sleep 600`, "sh", marks)
+	eventually(t, 10*time.Second, fileHas(marks, "first"))
+	// The child, exec'd sleep, gets SIGKILL with dlock (Linux's
+	// parent-death signal); WaitDelay bounds the wait for its stdout.
+	crashed.WaitDelay = 5 * time.Second
+	if err := crashed.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = crashed.Wait()
+	if !exists(t, newRedis(t), layout.Suffixed(name, "timeout")) {
+		t.Fatal("the killed dlock's permit is gone at once; want it held until its lease runs out")
+	}
+	r := cliRun(t, "run", "--permits", "1", "-w", "20s", name, "sh", "-c", `echo second >> "$1"`, "sh", marks)
+	if r.code != 0 {
+		t.Fatalf("second run: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(marks); string(b) != "first\nsecond\n" {
+		t.Errorf("marks %q", b)
 	}
 }
