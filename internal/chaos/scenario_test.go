@@ -183,7 +183,12 @@ func run(t *testing.T, sc scenario) outcome {
 		total.Errors += r.Errors
 	}
 	stop()
-	nfaults := <-faults
+	var nfaults int
+	select {
+	case nfaults = <-faults:
+	case <-time.After(2 * time.Minute): // a failover is seen through; nothing takes longer
+		t.Fatal("the fault injection did not stop within 2 minutes of the end of the run")
+	}
 
 	resRdb := e.resource.Client()
 	defer resRdb.Close()

@@ -296,7 +296,11 @@ func TestTickDoesNotWaitPastDeadline(t *testing.T) {
 		t.Error("the tick waited for a renewal past its deadline")
 	}
 	close(release)
-	<-ticked
+	select {
+	case <-ticked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tick did not end after its renewal returned")
+	}
 	if !w.behind["g"] {
 		t.Error("a group whose renewal outlived the tick is not behind")
 	}
