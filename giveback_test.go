@@ -1,0 +1,57 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestGiveBackOutlivesOutage: an acquire runs in Redis but its reply is
+// lost with the connection, and Redis cannot be reached for a while (the
+// dial gate is shut; go-redis's own retries are off). Lock fails and gives
+// back what the attempt may have taken; that give-back fails too, and must
+// be sent again once Redis can be reached, or the lock stays taken for its
+// 30 s lease.
+func TestGiveBackOutlivesOutage(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t)
+	if err := scripts.LockAcquire.Load(ctx, admin).Err(); err != nil {
+		t.Fatal(err) // the lost reply must be the script's, not NOSCRIPT's
+	}
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var g dialGate
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: g.dial, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(ctx).Err(); err != nil { // connect before the drop
+		t.Fatal(err)
+	}
+	m := mustMutex(t, newClient(t, rdb), name)
+
+	g.shut.Store(true)
+	proxy.DropNextReply()
+	if _, err := m.TryLock(ctx); err == nil || errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock with its reply lost: %v, want a connection error", err)
+	}
+	if proxy.Drops() != 1 {
+		t.Fatalf("proxy dropped %d replies, want 1", proxy.Drops())
+	}
+	if !exists(t, admin, name) {
+		t.Fatal("the acquire did not run: nothing to give back")
+	}
+	time.Sleep(300 * time.Millisecond) // the outage: the first give-back fails meanwhile
+	g.shut.Store(false)
+	reopened := time.Now()
+	eventually(t, 10*time.Second, func() error {
+		if exists(t, admin, name) {
+			return errors.New("the lock is still taken")
+		}
+		return nil
+	})
+	t.Logf("given back %v after Redis could be reached again", time.Since(reopened).Round(time.Millisecond))
+}
