@@ -321,7 +321,9 @@ func TestFairLiveWaitersKeepPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	l1 := await(t, got1, 10*time.Second, "first waiter")
-	if woken := notices(); !slices.Equal(woken, []string{o1}) {
+	// On a loaded machine the first waiter can be slow enough to take the
+	// lock that it is told again; what matters is that only it is told.
+	if woken := notices(); len(woken) == 0 || slices.ContainsFunc(woken, func(o string) bool { return o != o1 }) {
 		t.Errorf("the unlock woke %v, want the first waiter %s", woken, o1)
 	}
 	select {
