@@ -24,11 +24,16 @@ import (
 // out the old master once its replica is gone; but a replica that
 // acknowledged can still lose the write, and renewals and releases are not
 // waited for: WAIT narrows the window, it does not close it, so those runs
-// may report violations too; they must be none, or fewer per failover than
-// without replica sync. Each topology is started once and serves both runs.
+// may report violations too; over enough failovers (make soak) they must be
+// none, or fewer per failover than without replica sync. Each topology is started once and serves both runs.
 
 // failoverGap is the contention between two failovers.
 const failoverGap = 500 * time.Millisecond
+
+// minCompared is how many failovers each run needs before their double
+// grants and token reversals are compared: with one or two (the short
+// runs) either run may show a few or none by chance.
+const minCompared = 10
 
 // syncTimeout is WAIT's timeout in the replica sync runs: generous on a
 // loaded machine, and below the workers' read timeout, as it must be.
@@ -55,9 +60,10 @@ func syncNote(replicaSync int) string {
 
 // failoverRuns runs sc without and with replica sync, with the faults of
 // inject, and fails a run in which no failover completed: it would have
-// tested nothing. Replica sync must earn its name: the run with it must
-// show no double grant or token reversal, or fewer per failover than the
-// run without it.
+// tested nothing. Replica sync must earn its name: when both runs had at
+// least minCompared failovers (make soak), the run with it must show no
+// double grant or token reversal, or fewer per failover than the run
+// without it.
 func failoverRuns(t *testing.T, sc scenario, perOwner func() int, healthy func(ctx context.Context) error,
 	inject func(ctx context.Context, lock string) error) {
 	var runs [2]outcome // without, with replica sync
@@ -107,7 +113,9 @@ func failoverRuns(t *testing.T, sc scenario, perOwner func() int, healthy func(c
 		bad(without), without.faults, bad(with), with.faults)
 	switch {
 	case t.Failed() || bad(with) == 0:
-	case without.faults == 0 || bad(without) == 0:
+	case min(without.faults, with.faults) < minCompared:
+		t.Logf("too few failovers to compare the runs (fewer than %d); make soak compares them", minCompared)
+	case bad(without) == 0:
 		t.Errorf("with replica sync: %d double grants and token reversals in %d failovers, none without it", bad(with), with.faults)
 	case float64(bad(with))/float64(max(with.faults, 1)) >= float64(bad(without))/float64(without.faults):
 		t.Errorf("with replica sync: %d double grants and token reversals in %d failovers, not fewer than without it (%d in %d)",
