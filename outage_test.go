@@ -55,3 +55,39 @@ func TestGiveBackOutlivesOutage(t *testing.T) {
 	})
 	t.Logf("given back %v after Redis could be reached again", time.Since(reopened).Round(time.Millisecond))
 }
+
+// TestReleaseOutlivesOutage: the last Unlock cannot reach Redis (its
+// connections are cut and the dial gate is shut; go-redis's own retries
+// are off). Unlock returns the error at once, and the release is sent
+// again once Redis can be reached, rather than leaving the lock to its
+// 30 s lease.
+func TestReleaseOutlivesOutage(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t)
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var g dialGate
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: g.dial, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	m := mustMutex(t, newClient(t, rdb), name)
+	l := mustLock(t, ctx, m)
+
+	g.shut.Store(true)
+	proxy.CloseAll()
+	if err := m.Unlock(l); err == nil || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock while Redis cannot be reached: %v, want a connection error", err)
+	}
+	if !exists(t, admin, name) {
+		t.Fatal("the lock is gone already: the outage did not stop the release")
+	}
+	time.Sleep(300 * time.Millisecond) // the outage: retries fail meanwhile
+	g.shut.Store(false)
+	reopened := time.Now()
+	eventually(t, 10*time.Second, func() error {
+		if exists(t, admin, name) {
+			return errors.New("the lock is still taken")
+		}
+		return nil
+	})
+	t.Logf("released %v after Redis could be reached again", time.Since(reopened).Round(time.Millisecond))
+}
