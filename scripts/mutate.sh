@@ -84,15 +84,13 @@ m "watchdog does not report a lost lock" renew.go \
   . '^(TestLostWhenDeleted)$'
 # A release that fails while Redis restarts is sent again in the
 # background, and so is the give-back of an attempt whose reply was lost:
-# otherwise the lock stays taken for its lease.
+# otherwise the lock stays taken for its lease. (The chaos scenario
+# TestRedisRestart catches these too, but only when a kill meets an
+# Unlock or a reply in flight: not on every run.)
 m "failed release not retried" release.go \
   '	if !retrying(err) {' \
   '	if true || !retrying(err) {' \
   . '^(TestReleaseOutlivesOutage)$'
-m "failed release not retried (chaos)" release.go \
-  '	if !retrying(err) {' \
-  '	if true || !retrying(err) {' \
-  ./internal/chaos '^(TestRedisRestart)$'
 m "failed give-back not retried" acquire.go \
   'if err == nil || !mayPass(err) || time.Now().Add(pause).After(until)' \
   'if true || err == nil || !mayPass(err) || time.Now().Add(pause).After(until)' \
