@@ -238,7 +238,7 @@ func (h *handle) giveBack(req request) {
 	// that lease has run out, or the lock would stay taken for a lease.
 	until := time.Now().Add(validity(h.kind, req.lease))
 	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
-		for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		for pause := 50 * time.Millisecond; ; pause = min(2*pause, maxReleasePause) {
 			rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 			_, err := h.kind.release(rctx, req)
 			cancel()

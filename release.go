@@ -108,6 +108,11 @@ func (h *handle) releaseLast(ctx context.Context, acq *acquisition, b *busy) err
 	return nil
 }
 
+// maxReleasePause bounds the pause between tries of a release or a
+// give-back that failed: a lock stays taken for at most about this long
+// after Redis answers again.
+const maxReleasePause = 250 * time.Millisecond
+
 // retrying reports whether a release that failed with err is tried again.
 func retrying(err error) bool {
 	return err != nil && !errors.Is(err, ErrNotHeld) && mayPass(err)
@@ -127,7 +132,7 @@ func (h *handle) releaseRetry(ctx context.Context, hd *hold, err error) {
 	until := hd.until
 	h.c.mu.Unlock()
 	tries := 1
-	for pause := 50 * time.Millisecond; retrying(err); pause = min(2*pause, time.Second) {
+	for pause := 50 * time.Millisecond; retrying(err); pause = min(2*pause, maxReleasePause) {
 		if time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause) {
 			break
 		}

@@ -49,7 +49,7 @@ const (
 	// connection is reopened.
 	healthInterval = 2 * time.Second
 	// maxBackoff bounds the pause between attempts to reach a shard again.
-	maxBackoff = 2 * time.Second
+	maxBackoff = 250 * time.Millisecond
 )
 
 // Hub multiplexes waiters over shared subscriptions.
