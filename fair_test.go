@@ -184,9 +184,12 @@ func TestFairGrantOrder(t *testing.T) {
 		t.Errorf("grant order %v, want %v", order, want)
 	}
 
-	// n unlocks freed the lock; all but the last had a waiter to wake.
-	if woken := notices(); !slices.Equal(woken, owners) {
-		t.Errorf("unlocks woke %v, want each waiter once, in order: %v", woken, owners)
+	// n unlocks freed the lock; all but the last had a waiter to wake,
+	// in order. A waiter that tries while the lock is free and the head
+	// has not taken it yet tells the head again (it may be a Redisson
+	// thread that missed its message), so a head may hear twice in a row.
+	if woken := notices(); !slices.Equal(slices.Compact(woken), owners) {
+		t.Errorf("unlocks woke %v, want each waiter, in order: %v", woken, owners)
 	}
 	if q := fairQueue(t, cs[0].rdb, name); len(q) != 0 {
 		t.Errorf("queue left: %v", q)
