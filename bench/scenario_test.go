@@ -43,8 +43,8 @@ func TestUncontendedCounts(t *testing.T) {
 		t.Fatalf("%.0f ops/s, %d errors (%s)", u.PerSec, u.Errors, u.FirstError)
 	}
 	// Pairs cut by the window's ends are counted in round trips only:
-	// with the few hundred pairs of a 0.5 s window on a loaded machine,
-	// one cut pair moves the ratio by up to 1 %.
+	// a 0.5 s window on a loaded machine holds few pairs, and the cut
+	// ones move the ratio by several percent (1.89 seen in CI).
 	if u.RoundTrips < 1.8 || u.RoundTrips > 2.2 {
 		t.Errorf("round trips per Lock+Unlock = %.3f, want 2", u.RoundTrips)
 	}
