@@ -238,16 +238,12 @@ func (h *handle) giveBack(req request) {
 	// that lease has run out, or the lock would stay taken for a lease.
 	until := time.Now().Add(validity(h.kind, req.lease))
 	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
-		for pause := 50 * time.Millisecond; ; pause = min(2*pause, maxReleasePause) {
-			rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-			_, err := h.kind.release(rctx, req)
-			cancel()
-			if err == nil || !mayPass(err) || time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause) {
-				if err != nil {
-					h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
-				}
-				return
-			}
+		send := func(ctx context.Context) error {
+			_, err := h.kind.release(ctx, req)
+			return err
+		}
+		if _, err := h.resend(ctx, until, nil, send); err != nil {
+			h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
 		}
 	}))
 }

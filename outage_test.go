@@ -31,7 +31,9 @@ func TestGiveBackOutlivesOutage(t *testing.T) {
 	if err := rdb.Ping(ctx).Err(); err != nil { // connect before the drop
 		t.Fatal(err)
 	}
-	m := mustMutex(t, newClient(t, rdb), name)
+	c := newClient(t, rdb)
+	settleRecord(t, c) // the reply lost must not be the holder record's
+	m := mustMutex(t, c, name)
 
 	g.shut.Store(true)
 	proxy.DropNextReply()

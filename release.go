@@ -131,20 +131,35 @@ func (h *handle) releaseRetry(ctx context.Context, hd *hold, err error) {
 	h.c.mu.Lock()
 	until := hd.until
 	h.c.mu.Unlock()
-	tries := 1
-	for pause := 50 * time.Millisecond; retrying(err); pause = min(2*pause, maxReleasePause) {
-		if time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause) {
+	tries, err := h.resend(ctx, until, err, func(ctx context.Context) error {
+		if err := h.releaseOnce(ctx, hd, false); !errors.Is(err, ErrNotHeld) {
+			return err
+		}
+		return nil
+	})
+	h.logRelease(hd, tries, err)
+}
+
+// resend sends a release (or a give-back) with send until it gets
+// through or fails for good, for as long as until allows: after a failure
+// that may pass it waits a pause that grows to maxReleasePause. first is
+// the error of a try already made (nil: send at once). It returns how many
+// tries there were in all and the last error.
+func (h *handle) resend(ctx context.Context, until time.Time, first error, send func(context.Context) error) (int, error) {
+	tries, err := 0, first
+	if first != nil {
+		tries = 1
+	}
+	for pause := time.Duration(0); tries == 0 || retrying(err); pause = min(max(2*pause, 50*time.Millisecond), maxReleasePause) {
+		if tries > 0 && (time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause)) {
 			break
 		}
 		rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		err = h.releaseOnce(rctx, hd, false)
+		err = send(rctx)
 		cancel()
 		tries++
-		if errors.Is(err, ErrNotHeld) {
-			err = nil
-		}
 	}
-	h.logRelease(hd, tries, err)
+	return tries, err
 }
 
 // releaseOnce sends one release of hd's owner's hold and returns nil, an
