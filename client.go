@@ -20,9 +20,10 @@ import (
 // every waiter, and one watchdog for every held lock. Create one per
 // process and Close it at shutdown. A Client is safe for concurrent use.
 type Client struct {
-	rdb redis.UniversalClient
-	id  string
-	cfg config
+	rdb   redis.UniversalClient
+	batch batcher // sends concurrent lock scripts together (batch.go)
+	id    string
+	cfg   config
 
 	// cluster is set for a *redis.ClusterClient: renewals are grouped by slot.
 	cluster bool
@@ -86,6 +87,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		rdb:     rdb,
+		batch:   batcher{rdb: rdb},
 		id:      id,
 		cfg:     cfg,
 		cluster: isCluster(rdb),

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,10 +39,10 @@ func (c *Client) evalAcquire(ctx context.Context, chk *replicaCheck, s *redis.Sc
 func (c *Client) evalCounted(ctx context.Context, s *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, resent bool) {
 	retryTransient(ctx, func() error {
 		sends := new(sendCounter)
-		cmd = s.EvalSha(ctx, c.rdb, keys, append(args, sends)...)
+		cmd = c.script(ctx, "evalsha", s.Hash(), keys, args, sends)
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			sends = new(sendCounter)
-			cmd = s.Eval(ctx, c.rdb, keys, append(args, sends)...)
+			cmd = c.script(ctx, "eval", scripts.Source(s), keys, args, sends)
 		}
 		// A repeat within any try (go-redis re-sends inside one) may
 		// answer for a run whose reply was lost, even if a later try
@@ -51,6 +52,23 @@ func (c *Client) evalCounted(ctx context.Context, s *redis.Script, keys []string
 		return cmd.Err()
 	})
 	return cmd, resent
+}
+
+// script runs EVALSHA or EVAL (name) of a script (its hash or source) with
+// sends as its last argument, through the Client's batcher.
+func (c *Client) script(ctx context.Context, name, script string, keys []string, args []any, sends *sendCounter) *redis.Cmd {
+	cmdArgs := make([]any, 0, 4+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, script, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(append(cmdArgs, args...), sends)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // how a cluster client finds the slot
+	}
+	c.batch.process(ctx, cmd)
+	return cmd
 }
 
 // sendCounter is an extra script argument, ignored by the scripts, that

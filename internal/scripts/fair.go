@@ -1,10 +1,6 @@
 package scripts
 
-import (
-	_ "embed"
-
-	"github.com/redis/go-redis/v9"
-)
+import _ "embed"
 
 var (
 	//go:embed fair_queue.lua
@@ -22,8 +18,8 @@ var (
 // Fair lock (Redisson FairLock) scripts. Each one starts with the queue
 // rules of fair_queue.lua, so that they are written once.
 var (
-	FairAcquire      = redis.NewScript(fence + fairQueue + fairAcquire)
-	FairRelease      = redis.NewScript(fairQueue + fairRelease)
-	FairAbandon      = redis.NewScript(fairQueue + fairAbandon)
-	FairForceRelease = redis.NewScript(fairQueue + fairForceRelease)
+	FairAcquire      = newScript(fence + fairQueue + fairAcquire)
+	FairRelease      = newScript(fairQueue + fairRelease)
+	FairAbandon      = newScript(fairQueue + fairAbandon)
+	FairForceRelease = newScript(fairQueue + fairForceRelease)
 )

@@ -1,10 +1,6 @@
 package scripts
 
-import (
-	_ "embed"
-
-	"github.com/redis/go-redis/v9"
-)
+import _ "embed"
 
 var (
 	//go:embed rw_read_acquire.lua
@@ -24,10 +20,10 @@ var (
 // Read-write lock (Redisson ReadWriteLock) scripts. The write half is
 // renewed by LockRenew, like every lock with one hash field per owner.
 var (
-	RWReadAcquire  = redis.NewScript(fence + rwReadAcquire)
-	RWReadRelease  = redis.NewScript(rwReadRelease)
-	RWReadRenew    = redis.NewScript(rwReadRenew)
-	RWWriteAcquire = redis.NewScript(fence + rwWriteAcquire)
-	RWWriteRelease = redis.NewScript(rwWriteRelease)
-	RWForceRelease = redis.NewScript(rwForceRelease)
+	RWReadAcquire  = newScript(fence + rwReadAcquire)
+	RWReadRelease  = newScript(rwReadRelease)
+	RWReadRenew    = newScript(rwReadRenew)
+	RWWriteAcquire = newScript(fence + rwWriteAcquire)
+	RWWriteRelease = newScript(rwWriteRelease)
+	RWForceRelease = newScript(rwForceRelease)
 )

@@ -1,6 +1,6 @@
 // Package scripts holds dlock's Lua scripts, one file per operation. Each
 // file documents its KEYS and ARGV in its header. Scripts run by EVALSHA and
-// fall back to EVAL when the server answers NOSCRIPT (go-redis Script.Run).
+// fall back to EVAL with Source when the server answers NOSCRIPT.
 package scripts
 
 import (
@@ -28,12 +28,26 @@ var (
 
 // Reentrant lock (Redisson RLock) scripts.
 var (
-	LockAcquire   = redis.NewScript(fence + lockAcquire)
-	LockRelease   = redis.NewScript(lockRelease)
-	LockReleaseTo = redis.NewScript(fence + lockReleaseTo)
-	LockRenew     = redis.NewScript(lockRenew)
-	ForceRelease  = redis.NewScript(forceRelease)
+	LockAcquire   = newScript(fence + lockAcquire)
+	LockRelease   = newScript(lockRelease)
+	LockReleaseTo = newScript(fence + lockReleaseTo)
+	LockRenew     = newScript(lockRenew)
+	ForceRelease  = newScript(forceRelease)
 )
 
 // RedLock fencing: raise a node's token counter to the quorum's token.
-var TokenRaise = redis.NewScript(tokenRaise)
+var TokenRaise = newScript(tokenRaise)
+
+// sources maps each script of this package to its Lua source. It is
+// written only while the package initialises.
+var sources = map[*redis.Script]string{}
+
+func newScript(src string) *redis.Script {
+	s := redis.NewScript(src)
+	sources[s] = src
+	return s
+}
+
+// Source returns the Lua source of one of this package's scripts, for the
+// EVAL that follows a NOSCRIPT reply; "" for any other script.
+func Source(s *redis.Script) string { return sources[s] }

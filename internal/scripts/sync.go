@@ -51,8 +51,8 @@ type Script struct {
 	Idempotent bool
 }
 
-func once(src string) Script       { return Script{redis.NewScript(src), src, false} }
-func idempotent(src string) Script { return Script{redis.NewScript(src), src, true} }
+func once(src string) Script       { return Script{newScript(src), src, false} }
+func idempotent(src string) Script { return Script{newScript(src), src, true} }
 
 // Counting semaphore (Redisson RSemaphore) scripts. SemTrySet serves the
 // permit semaphore too: Redisson's two trySetPermits are the same. A
