@@ -39,15 +39,29 @@ func (p *pipelineSizes) take() []int {
 	return s
 }
 
-// holdBatch makes c's batcher act as if a batch were on the wire, runs
+// fill makes b act as if as many batches as it allows were on the wire,
+// until the first of them is taken off by a passOn: the others never
+// existed, so the test takes them off at its end.
+func fill(b *batcher) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onWire = maxOnWire
+}
+
+// unfill takes off what fill put on the wire beyond one batch.
+func unfill(b *batcher) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onWire -= maxOnWire - 1
+}
+
+// holdBatch makes c's batcher act as if it had batches on the wire, runs
 // calls on their own goroutines, waits until each has queued its script,
 // then lets the queue go out as one batch whose reply the proxy drops.
 func holdBatch(t *testing.T, c *Client, proxy *redistest.Proxy, calls []func() error) []error {
 	t.Helper()
 	b := &c.batch
-	b.mu.Lock()
-	b.busy = true
-	b.mu.Unlock()
+	fill(b)
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
 	for i, call := range calls {
@@ -74,6 +88,7 @@ func holdBatch(t *testing.T, c *Client, proxy *redistest.Proxy, calls []func() e
 	case <-time.After(10 * time.Second):
 		t.Fatal("batched calls did not return")
 	}
+	unfill(b)
 	return errs
 }
 
@@ -158,9 +173,7 @@ func TestBatchedScriptGivenUp(t *testing.T) {
 	rdb := newRedis(t)
 	c := newClient(t, rdb)
 	b := &c.batch
-	b.mu.Lock()
-	b.busy = true
-	b.mu.Unlock()
+	fill(b)
 
 	key := lockName(t)
 	gone, cancel := context.WithCancel(context.Background())
@@ -185,6 +198,10 @@ func TestBatchedScriptGivenUp(t *testing.T) {
 	cancel()
 	b.passOn()
 	wg.Wait()
+	unfill(b)
+	if b.onWire != 0 {
+		t.Errorf("%d batches still counted on the wire", b.onWire)
+	}
 	if err := live.Err(); err != nil {
 		t.Errorf("live command: %v", err)
 	}
