@@ -108,15 +108,16 @@ func (b *batcher) passOn() {
 // (go-redis applies deadlines only with ContextTimeoutEnabled). A caller
 // without deadline leaves the batch to the Redis client's timeouts.
 func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(batch[0].ctx)
 	var latest time.Time
 	for _, q := range batch {
 		d, ok := q.ctx.Deadline()
 		if !ok {
-			return context.WithCancel(context.WithoutCancel(batch[0].ctx))
+			return ctx, func() {}
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+	return context.WithDeadline(ctx, latest)
 }
