@@ -213,8 +213,14 @@ func (h *handle) call(ctx context.Context, req request, done func()) (res attemp
 // all the same: what it may have taken is given back too.
 func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult, error) {
 	req.check = new(replicaCheck)
-	res, err := h.kind.attempt(ctx, req)
+	res, err := attemptResult{}, h.c.reach.err() // Redis unreachable: do not dial
+	if err == nil {
+		res, err = h.kind.attempt(ctx, req)
+		h.c.reach.saw(err)
+	}
 	if err != nil {
+		// Even an attempt not sent gives back: a hand-over whose
+		// answer was lost may have made the owner the holder.
 		h.giveBack(req)
 		return res, err
 	}

@@ -36,6 +36,7 @@ type Client struct {
 
 	hub      *pubsub.Hub
 	watchdog *watchdog.Watchdog[*hold]
+	reach    *reach // closed while Redis cannot be reached (reach.go)
 
 	mu     sync.Mutex
 	holds  map[holdKey]*hold
@@ -96,6 +97,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		done:    make(chan struct{}),
 		queues:  map[lockKey]*queue{},
 		holders: map[lockKey]*hold{},
+		reach:   newReach(rdb),
 	}
 	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
@@ -136,6 +138,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	c.watchdog.Close()
+	c.reach.close()
 	closePermits(c) // permit semaphores: renewer and permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {

@@ -93,3 +93,41 @@ func TestReleaseOutlivesOutage(t *testing.T) {
 	})
 	t.Logf("released %v after Redis could be reached again", time.Since(reopened).Round(time.Millisecond))
 }
+
+// TestOutageSparesDialBreaker: go-redis counts the dials of a client's
+// pool that fail and, once PoolSize have, fails every dial at once until
+// its own probe, once a second, gets through. While Redis is down, a
+// release retried in the background and many failed attempts (each with
+// its give-back) must not dial it that often: once Redis is back, the
+// application's go-redis client must work at once, not up to a second
+// later.
+func TestOutageSparesDialBreaker(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.NewServer(t)
+	const poolSize = 5
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: poolSize, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	m := mustMutex(t, c, lockName(t))
+	l := mustLock(t, ctx, m)
+
+	srv.Kill()
+	if err := m.Unlock(l); err == nil {
+		t.Fatal("Unlock with Redis down succeeded")
+	}
+	var err error
+	for range 10 * poolSize {
+		if _, err = m.TryLock(ctx); err == nil {
+			t.Fatal("TryLock with Redis down succeeded")
+		}
+	}
+	if !errors.Is(err, ErrUnreachable) {
+		t.Errorf("TryLock with Redis down: %v, want ErrUnreachable", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("go-redis refuses to dial a Redis that is back (its dial breaker tripped): %v", err)
+	}
+}

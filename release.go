@@ -151,12 +151,15 @@ func (h *handle) resend(ctx context.Context, until time.Time, first error, send 
 		tries = 1
 	}
 	for pause := time.Duration(0); tries == 0 || retrying(err); pause = min(max(2*pause, 50*time.Millisecond), maxReleasePause) {
-		if tries > 0 && (time.Now().Add(pause).After(until) || h.c.isClosed() || !sleepCtx(ctx, pause)) {
+		if tries > 0 && (h.c.isClosed() || !h.c.reach.pause(ctx, pause, until)) {
 			break
 		}
-		rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		err = send(rctx)
-		cancel()
+		if err = h.c.reach.err(); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+			err = send(rctx)
+			cancel()
+			h.c.reach.saw(err)
+		}
 		tries++
 	}
 	return tries, err
@@ -178,11 +181,17 @@ func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
 		if next != nil {
 			h.c.handedOver(h, next, grant{})
 		}
-		res, err = h.kind.release(ctx, req)
+		if err = h.c.reach.err(); err == nil {
+			res, err = h.kind.release(ctx, req)
+			h.c.reach.saw(err)
+		}
 	} else {
 		start := time.Now()
 		var ho handoff
-		ho, err = hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
+		if err = h.c.reach.err(); err == nil {
+			ho, err = hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
+			h.c.reach.saw(err)
+		}
 		h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil,
 			token: ho.token, start: start})
 		res = ho.res

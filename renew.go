@@ -50,7 +50,11 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 	if !holds[0].watchdog {
 		lease = 0
 	}
-	alive, err := holds[0].kind.renewer().renew(ctx, c, lease, holds)
+	alive, err := []bool(nil), c.reach.err()
+	if err == nil {
+		alive, err = holds[0].kind.renewer().renew(ctx, c, lease, holds)
+		c.reach.saw(err)
+	}
 	c.observeRenewal(holds, start, alive, err)
 	if err != nil {
 		return fmt.Errorf("dlock: renewing %d locks: %w", len(holds), err)

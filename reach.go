@@ -1,0 +1,183 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// While Redis cannot be reached, dlock does not dial it from every retry
+// loop. go-redis counts the dials of a client's pool that fail, over the
+// client's life; once the count reaches PoolSize it fails every later dial
+// at once and dials again only once a second until one succeeds. Releases,
+// give-backs, attempts and renewals that each dialled through an outage
+// would trip that breaker, and a release waiting for it would keep its
+// lock taken for up to a second after Redis is back. So a Client that sees
+// its connection fail (reach.saw) closes a gate: one prober dials Redis
+// with the client's own dialer, outside the pool, until a connection
+// opens; meanwhile attempts fail at once with ErrUnreachable and
+// background releases and give-backs wait for the gate, then go at once.
+
+// Probe pauses: short, since the first probe after Redis is back ends
+// every wait, and growing, since a long outage needs no more probes.
+const (
+	minProbePause = 10 * time.Millisecond
+	maxProbePause = 100 * time.Millisecond
+)
+
+// reach is a Client's gate on Redis being reachable.
+type reach struct {
+	// dial opens a connection to Redis outside the pool; nil (a
+	// cluster, whose nodes fail one by one) leaves the gate open.
+	dial    func(ctx context.Context) (net.Conn, error)
+	timeout time.Duration // of one probe
+	ctx     context.Context
+	cancel  context.CancelFunc // ends probes and waits at Close
+	probes  sync.WaitGroup
+
+	mu      sync.Mutex
+	last    error         // why Redis is unreachable; nil while the gate is open
+	open    chan struct{} // closed when the gate opens again; nil while open
+	probing bool          // a prober runs
+}
+
+// newReach returns the gate for rdb: one that can close for a
+// *redis.Client (plain or Sentinel), one that stays open for a cluster.
+func newReach(rdb redis.UniversalClient) *reach {
+	r := &reach{}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if c, ok := rdb.(*redis.Client); ok {
+		opt := c.Options()
+		if opt.Dialer != nil {
+			r.dial = func(ctx context.Context) (net.Conn, error) { return opt.Dialer(ctx, opt.Network, opt.Addr) }
+			r.timeout = opt.DialTimeout
+			if r.timeout <= 0 {
+				r.timeout = 5 * time.Second
+			}
+		}
+	}
+	return r
+}
+
+// err returns nil while the gate is open, else an error that wraps
+// ErrUnreachable and the latest connection error.
+func (r *reach) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrUnreachable, r.last)
+}
+
+// saw notes the outcome of a command. A dial that failed closes the gate
+// and starts the prober; a connection that broke (Redis may have closed
+// just that one) starts the prober, whose first failure closes the gate.
+func (r *reach) saw(err error) {
+	if r.dial == nil || !connectionLost(err) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.probing || r.ctx.Err() != nil {
+		return
+	}
+	r.probing = true
+	if dialFailed(err) {
+		r.shut(err)
+	}
+	r.probes.Add(1)
+	go r.probe()
+}
+
+// shut closes the gate with err; r.mu must be held.
+func (r *reach) shut(err error) {
+	r.last = err
+	if r.open == nil {
+		r.open = make(chan struct{})
+	}
+}
+
+// probe dials until a connection opens, then opens the gate.
+func (r *reach) probe() {
+	defer r.probes.Done()
+	for pause := time.Duration(0); ; pause = min(max(2*pause, minProbePause), maxProbePause) {
+		if pause > 0 && !sleepCtx(r.ctx, pause) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+		conn, err := r.dial(ctx)
+		cancel()
+		if err == nil {
+			_ = conn.Close()
+		}
+		r.mu.Lock()
+		stop := err == nil || r.ctx.Err() != nil
+		switch {
+		case err == nil:
+			if r.open != nil {
+				close(r.open)
+			}
+			r.last, r.open = nil, nil
+		case r.ctx.Err() == nil:
+			r.shut(err)
+		}
+		if stop {
+			r.probing = false
+		}
+		r.mu.Unlock()
+		if stop {
+			return
+		}
+	}
+}
+
+// pause waits before sending again a request that failed: while the gate
+// is closed, until it opens, and then not at all; while it is open, for
+// d. It reports false when ctx ends, the Client closes, or the request
+// would go after until.
+func (r *reach) pause(ctx context.Context, d time.Duration, until time.Time) bool {
+	r.mu.Lock()
+	open := r.open
+	r.mu.Unlock()
+	if open == nil {
+		return !time.Now().Add(d).After(until) && sleepCtx(ctx, d)
+	}
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-open:
+		return true
+	case <-ctx.Done():
+	case <-r.ctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
+// close stops the prober and ends the waits in pause.
+func (r *reach) close() {
+	r.mu.Lock()
+	r.cancel()
+	r.mu.Unlock()
+	r.probes.Wait()
+}
+
+// connectionLost reports an error of a connection rather than of Redis: a
+// dial that failed, a connection that broke or timed out.
+func connectionLost(err error) bool {
+	var op *net.OpError
+	return err != nil && (errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
+}
+
+// dialFailed reports a connection that could not be opened.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
