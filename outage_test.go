@@ -3,6 +3,12 @@ package dlock
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,6 +113,8 @@ func TestOutageSparesDialBreaker(t *testing.T) {
 	const poolSize = 5
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: poolSize, MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = rdb.Close() })
+	var pool poolDials
+	rdb.AddHook(&pool)
 	c := newClient(t, rdb)
 	m := mustMutex(t, c, lockName(t))
 	l := mustLock(t, ctx, m)
@@ -124,10 +132,107 @@ func TestOutageSparesDialBreaker(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) {
 		t.Errorf("TryLock with Redis down: %v, want ErrUnreachable", err)
 	}
+	t.Logf("%d dials of the pool failed while Redis was down", pool.failed.Load())
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("go-redis refuses to dial a Redis that is back (its dial breaker tripped): %v", err)
 	}
+}
+
+// TestReleaseWaitsOutTrippedBreaker: go-redis's dial breaker has tripped
+// (PoolSize dials failed) and refuses to dial for up to a second after
+// Redis can be reached again. The Client's probe connects, but the
+// release must not be sent over and over while go-redis refuses it: the
+// gate opens when a PING through the pool gets through, and the release
+// goes then, in a few tries.
+func TestReleaseWaitsOutTrippedBreaker(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	admin := newRedis(t)
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var shut atomic.Bool
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if shut.Load() {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	const poolSize = 2
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: dial, PoolSize: poolSize, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var pool poolDials
+	rdb.AddHook(&pool)
+	var logs syncBuf
+	m := mustMutex(t, newClient(t, rdb, WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))), name)
+	l := mustLock(t, ctx, m)
+
+	shut.Store(true)
+	proxy.CloseAll()
+	if err := m.Unlock(l); err == nil || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock while Redis cannot be reached: %v, want a connection error", err)
+	}
+	// Trip the breaker, whatever dlock dialled (dead pooled connections
+	// answer EOF first), and check that go-redis stops dialling.
+	for i := 0; pool.failed.Load() < poolSize; i++ {
+		if i == 100 {
+			t.Fatalf("%d dials refused after %d PINGs", pool.failed.Load(), i)
+		}
+		_ = rdb.Ping(ctx).Err()
+	}
+	// Once tripped, go-redis dials only to probe, at once and then a
+	// second later: let the first probe fail.
+	tripped := pool.failed.Load()
+	eventually(t, 5*time.Second, func() error {
+		if pool.failed.Load() == tripped {
+			return errors.New("go-redis has not probed yet")
+		}
+		return nil
+	})
+	shut.Store(false)
+	if n := pool.dials.Load(); rdb.Ping(ctx).Err() == nil || pool.dials.Load() != n {
+		t.Fatal("go-redis dials again at once: its breaker did not trip, the test tests nothing")
+	}
+	eventually(t, 10*time.Second, func() error {
+		if exists(t, admin, name) {
+			return errors.New("the lock is still taken")
+		}
+		return nil
+	})
+	var tries int
+	eventually(t, 5*time.Second, func() error {
+		m := regexp.MustCompile(`released after a retry.* tries=(\d+)`).FindStringSubmatch(logs.String())
+		if m == nil {
+			return errors.New("the release's outcome is not logged")
+		}
+		tries, _ = strconv.Atoi(m[1])
+		return nil
+	})
+	if tries > 10 {
+		t.Errorf("the release was sent %d times while go-redis refused to dial, want a few", tries)
+	}
+	t.Logf("released after %d tries", tries)
+}
+
+// poolDials is a go-redis hook that counts the dials of a client's pools
+// (a dial made with the client's Dialer directly is not counted).
+type poolDials struct{ dials, failed atomic.Int32 }
+
+func (p *poolDials) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		p.dials.Add(1)
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			p.failed.Add(1)
+		}
+		return conn, err
+	}
+}
+
+func (p *poolDials) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (p *poolDials) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -21,8 +21,10 @@ import (
 // lock taken for up to a second after Redis is back. So a Client that sees
 // its connection fail (reach.saw) closes a gate: one prober dials Redis
 // with the client's own dialer, outside the pool, until a connection
-// opens; meanwhile attempts fail at once with ErrUnreachable and
-// background releases and give-backs wait for the gate, then go at once.
+// opens, and then PINGs through the pool, which fails without dialling
+// while the breaker is tripped; the gate opens when the PING is answered.
+// Meanwhile attempts fail at once with ErrUnreachable, and background
+// releases and give-backs wait for the gate, then go at once.
 
 // Probe pauses: short, since the first probe after Redis is back ends
 // every wait, and growing, since a long outage needs no more probes.
@@ -36,7 +38,8 @@ type reach struct {
 	// dial opens a connection to Redis outside the pool; nil (a
 	// cluster, whose nodes fail one by one) leaves the gate open.
 	dial    func(ctx context.Context) (net.Conn, error)
-	timeout time.Duration // of one probe
+	ping    func(ctx context.Context) error // through the pool
+	timeout time.Duration                   // of one probe
 	ctx     context.Context
 	cancel  context.CancelFunc // ends probes and waits at Close
 	probes  sync.WaitGroup
@@ -56,6 +59,7 @@ func newReach(rdb redis.UniversalClient) *reach {
 		opt := c.Options()
 		if opt.Dialer != nil {
 			r.dial = func(ctx context.Context) (net.Conn, error) { return opt.Dialer(ctx, opt.Network, opt.Addr) }
+			r.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
 			r.timeout = opt.DialTimeout
 			if r.timeout <= 0 {
 				r.timeout = 5 * time.Second
@@ -104,19 +108,18 @@ func (r *reach) shut(err error) {
 	}
 }
 
-// probe dials until a connection opens, then opens the gate.
+// probe opens the gate once Redis can be reached through the pool again.
+// It dials outside the pool until a connection opens, and only then sends
+// a PING through the pool: a dial that fails there counts against
+// go-redis's breaker, and once the breaker has tripped, the PING fails at
+// once, without a dial, until go-redis lets dials through again.
 func (r *reach) probe() {
 	defer r.probes.Done()
 	for pause := time.Duration(0); ; pause = min(max(2*pause, minProbePause), maxProbePause) {
 		if pause > 0 && !sleepCtx(r.ctx, pause) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-		conn, err := r.dial(ctx)
-		cancel()
-		if err == nil {
-			_ = conn.Close()
-		}
+		err := r.try()
 		r.mu.Lock()
 		stop := err == nil || r.ctx.Err() != nil
 		switch {
@@ -136,6 +139,21 @@ func (r *reach) probe() {
 			return
 		}
 	}
+}
+
+// try makes one probe and returns why Redis cannot be used, or nil.
+func (r *reach) try() error {
+	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+	defer cancel()
+	conn, err := r.dial(ctx)
+	if err != nil {
+		return err
+	}
+	_ = conn.Close()
+	if err := r.ping(ctx); err != nil && !isRedisReply(err) { // LOADING: reachable
+		return err
+	}
+	return nil
 }
 
 // pause waits before sending again a request that failed: while the gate
