@@ -362,6 +362,7 @@ func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries i
 			if failures++; failures == 1 {
 				h.reconnecting(err)
 			}
+			h.lost(s)
 			h.refresh(ctx)
 			if !sleep(ctx, backoff(failures)) {
 				return
@@ -444,6 +445,18 @@ func (h *Hub) dropped(s *shard, name string) {
 	}
 	h.reconnecting(errSlotMoved)
 	h.reopenLocked(s)
+}
+
+// lost forgets the (S)SUBSCRIBE commands in flight on s when its connection
+// broke: their answers went with it. go-redis subscribes the channels it
+// still has again on the new connection, and that confirmation (no longer
+// "ours") makes the channel ready and wakes its waiters. Kept, a count
+// would outlive its channel, and the next subscription of that channel
+// would take its own confirmation for an older one's and never be ready.
+func (h *Hub) lost(s *shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(s.inflight)
 }
 
 // settle records that one (S)SUBSCRIBE of name on s was answered or failed.

@@ -238,3 +238,36 @@ func awaitCond(t *testing.T, timeout time.Duration, cond func() error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSubscribeAfterLostConfirmation: a SUBSCRIBE whose confirmation went
+// with a connection that broke, for a channel whose waiter left before
+// the reconnect (so go-redis does not subscribe it again), must not be
+// counted as still on its way: the next subscription of that channel
+// would take its own confirmation for the lost one's and never be ready,
+// and its waiter would sleep until the lock's TTL.
+func TestSubscribeAfterLostConfirmation(t *testing.T) {
+	srv := redistest.NewServer(t)
+	h, _ := testHub(t, srv)
+	subscribe(t, h, "keep") // the connection stays subscribed to something
+
+	srv.Pause() // the SUBSCRIBE below gets no answer
+	w, err := h.Subscribe(context.Background(), "lost")
+	if err != nil {
+		srv.Resume()
+		t.Fatal(err)
+	}
+	w.Close(false)
+	if err := srv.Restart(); err != nil { // the connection breaks
+		t.Fatal(err)
+	}
+	w2, err := h.Subscribe(context.Background(), "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Close(false)
+	select {
+	case <-w2.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a subscription after a reconnect was not confirmed within 5s: a lost one's count was kept")
+	}
+}
