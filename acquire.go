@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/redis/go-redis/v9"
 )
 
 // pollNoExpiry is how often a waiter retries a lock whose key has no TTL
@@ -175,13 +176,20 @@ type reply struct {
 	err error
 }
 
-// call runs one attempt (attemptSynced). When ctx can end, the attempt
-// runs on its own goroutine and call returns when ctx ends, if that comes
-// first, even on a Redis client that ignores ctx: the attempt goes on in
-// the background (left is true), what it took is given back there, and
-// done is called when it has finished.
+// call runs one attempt (attemptSynced). The attempt runs on the
+// caller's goroutine when it cannot outlast ctx: when ctx cannot end, or
+// when it has a deadline and the Client's Redis client ends every request
+// by its ctx's deadline (honoursDeadlines: go-redis's ContextTimeoutEnabled). A ctx cancelled before its
+// deadline is then noticed when the attempt's round trip is over, which
+// on a frozen server is the deadline. Otherwise (a cluster client, a ctx
+// with no deadline that can be cancelled) the attempt runs on its own
+// goroutine and call returns when ctx ends, if that comes first, even on a
+// Redis client that ignores ctx: the attempt goes on in the background
+// (left is true), what it took is given back there, and done is called
+// when it has finished. Handing an attempt to another goroutine and back
+// costs more than the attempt's own work in the client.
 func (h *handle) call(ctx context.Context, req request, done func()) (res attemptResult, left bool, err error) {
-	if ctx.Done() == nil {
+	if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) {
 		res, err = h.attemptSynced(ctx, req)
 		return res, false, err
 	}
@@ -511,3 +519,23 @@ func ctxErr(ctx context.Context) error {
 }
 
 func ctxDone(ctx context.Context) bool { return ctxErr(ctx) != nil }
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
+}
+
+// honoursDeadlines reports whether rdb ends every request by its ctx's
+// deadline: a plain *redis.Client with ContextTimeoutEnabled that sets
+// socket deadlines (ReadTimeout and WriteTimeout not -2). go-redis's
+// default ignores ctx for socket I/O. A cluster client is not counted
+// (it may reload its slot map on its own terms), nor a Sentinel failover
+// client (it asks its sentinels, with their options, when it dials).
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return false
+	}
+	opt := c.Options()
+	return opt.ContextTimeoutEnabled && opt.Addr != failoverAddr && opt.ReadTimeout >= 0 && opt.WriteTimeout >= 0
+}

@@ -27,6 +27,10 @@ type Client struct {
 
 	// cluster is set for a *redis.ClusterClient: renewals are grouped by slot.
 	cluster bool
+	// deadlines is set when rdb ends every request by its ctx's deadline
+	// (honoursDeadlines): an attempt with a deadline runs on the caller's
+	// goroutine.
+	deadlines bool
 	// publish is the command lock scripts publish unlock messages with.
 	publish string
 
@@ -55,6 +59,14 @@ type Client struct {
 // client. dlock does not close rdb. On a cluster, unless WithShardedPubSub
 // is given, New sends one PUBSUB SHARDNUMSUB to choose between sharded and
 // classic pub/sub as Redisson does, waiting at most 5 s for the answer.
+//
+// Set ContextTimeoutEnabled in rdb's options: then go-redis ends each
+// request by its ctx's deadline, and a Lock or TryLock whose ctx has a
+// deadline makes its attempts on the caller's goroutine. Without it they
+// run on a goroutine of their own, so that the call can return by its
+// deadline while go-redis goes on reading; handing each attempt over and
+// back wakes threads twice, which costs about as much as dlock's own work
+// in the client for an uncontended Lock+Unlock.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch rdb := rdb.(type) {
 	case nil:
@@ -99,6 +111,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		holders: map[lockKey]*hold{},
 		reach:   newReach(rdb),
 	}
+	c.deadlines = honoursDeadlines(rdb)
 	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
 	c.hub.OnReconnect = c.observeReconnect

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -203,4 +204,72 @@ func TestLateReplyIsNotAHold(t *testing.T) {
 	if err := m.Unlock(l); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAttemptOnCallersContext: on a go-redis client with
+// ContextTimeoutEnabled, which ends each request by its ctx's deadline, a
+// Lock with a deadline sends its attempt with the caller's ctx, on the
+// caller's goroutine, rather than handing it to a goroutine of its own
+// under a cleanup deadline (which costs two thread wake-ups). honoursDeadlines
+// says which clients qualify.
+func TestAttemptOnCallersContext(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	name := lockName(t)
+	seen := make(chan time.Time, 16)
+	rdb.AddHook(deadlineHook(func(cmd redis.Cmder, d time.Time) {
+		if slices.Contains(cmd.Args(), any(name)) {
+			seen <- d
+		}
+	}))
+	m := mustMutex(t, newClient(t, rdb), name)
+	dctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	want, _ := dctx.Deadline()
+	l, err := m.Lock(dctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-seen; !got.Equal(want) {
+		t.Errorf("the attempt's ctx has deadline %v, want the caller's %v", got, want)
+	}
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		want bool
+	}{
+		{"default options", redis.NewClient(&redis.Options{Addr: redisAddr}), false},
+		{"ContextTimeoutEnabled", redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true}), true},
+		{"no socket deadlines", redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"failover", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{redisAddr}, ContextTimeoutEnabled: true}), false},
+		{"cluster", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{redisAddr}, ContextTimeoutEnabled: true}), false},
+	} {
+		if got := honoursDeadlines(c.rdb); got != c.want {
+			t.Errorf("%s: honoursDeadlines = %v, want %v", c.name, got, c.want)
+		}
+		_ = c.rdb.Close()
+	}
+}
+
+// deadlineHook reports each command whose ctx has a deadline.
+type deadlineHook func(redis.Cmder, time.Time)
+
+func (deadlineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f deadlineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if d, ok := ctx.Deadline(); ok {
+			f(cmd, d)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (deadlineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

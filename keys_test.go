@@ -122,11 +122,21 @@ func contend(t *testing.T, ctx context.Context, clients []*Client, newLock func(
 // answering (SIGSTOP) must not hold Lock, TryLock or Unlock past their
 // deadline: they return within it plus 50 ms, and their cleanup goes on in
 // the background. Once the server answers again, the lock ends up free and
-// nothing is left in Redis.
+// nothing is left in Redis. With ContextTimeoutEnabled, where attempts run
+// on the caller's goroutine and go-redis itself gives up at the deadline,
+// the same holds.
 func TestDeadlinesOnFrozenServer(t *testing.T) {
+	t.Run("default", func(t *testing.T) { testDeadlinesOnFrozenServer(t, &redis.Options{}) })
+	t.Run("ContextTimeoutEnabled", func(t *testing.T) {
+		testDeadlinesOnFrozenServer(t, &redis.Options{ContextTimeoutEnabled: true})
+	})
+}
+
+func testDeadlinesOnFrozenServer(t *testing.T, opt *redis.Options) {
 	ctx := context.Background()
 	srv := redistest.NewServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	opt.Addr = srv.Addr()
+	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	c := newClient(t, rdb)
 	name := "frozen"

@@ -69,6 +69,14 @@ var libs = []lib{
 		},
 	},
 	{
+		id:       "dlock-ctx",
+		settings: "`Mutex`, watchdog lease (30 s), go-redis `ContextTimeoutEnabled`",
+		open: func(addr string, r time.Duration) (locker, error) {
+			rdb, rt := newRDBWith(addr, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+			return openDlockOn(rdb, rt, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewMutex(name) })
+		},
+	},
+	{
 		id:       "dlock-fair",
 		settings: "`FairMutex`, watchdog lease (30 s)",
 		open: func(addr string, r time.Duration) (locker, error) {
@@ -147,8 +155,15 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 
 // newRDB returns a default go-redis client for addr with a round-trip
 // counter hooked in.
-func newRDB(addr string) (*redis.Client, *counter) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+func newRDB(addr string) (*redis.Client, *counter) { return newRDBWith(addr, nil) }
+
+// newRDBWith is newRDB with options changed by set, if not nil.
+func newRDBWith(addr string, set func(*redis.Options)) (*redis.Client, *counter) {
+	opt := &redis.Options{Addr: addr}
+	if set != nil {
+		set(opt)
+	}
+	rdb := redis.NewClient(opt)
 	c := &counter{}
 	rdb.AddHook(c)
 	return rdb, c
@@ -167,6 +182,12 @@ type dlockLocker struct {
 
 func openDlock(addr string, renewal time.Duration, newLock func(c *dlock.Client, name string) (dlock.Locker, error)) (locker, error) {
 	rdb, rt := newRDB(addr)
+	return openDlockOn(rdb, rt, renewal, newLock)
+}
+
+// openDlockOn is openDlock on a go-redis client of the caller's and its
+// round-trip counter.
+func openDlockOn(rdb *redis.Client, rt *counter, renewal time.Duration, newLock func(c *dlock.Client, name string) (dlock.Locker, error)) (locker, error) {
 	var opts []dlock.Option
 	if renewal > 0 {
 		opts = append(opts, dlock.WithWatchdogTimeout(renewal))

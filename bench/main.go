@@ -75,7 +75,7 @@ var scenarios = []struct {
 	name string
 	libs []string
 }{
-	{"unc", []string{"dlock", "dlock-lease", "redsync", "redislock-1ms", "rueidislock"}},
+	{"unc", []string{"dlock", "dlock-lease", "dlock-ctx", "redsync", "redislock-1ms", "rueidislock"}},
 	{"hot", []string{"dlock", "dlock-lease", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
 	{"redlock", nil}, // redLibs
 	{"watchdog", []string{"dlock", "redsync", "redislock-10ms", "rueidislock"}},

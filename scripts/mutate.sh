@@ -53,6 +53,12 @@ m "late-reply check disabled" acquire.go \
   'case res.acquired && time.Since(start) >= validity(h.kind, req.lease):' \
   'case false && res.acquired && time.Since(start) >= validity(h.kind, req.lease):' \
   . '^(TestLateReplyIsNotAHold)$'
+# With a client that ends requests at their deadline, an attempt with a
+# deadline runs on the caller's goroutine, with the caller's ctx.
+m "attempt with a deadline handed to a goroutine" acquire.go \
+  'if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) {' \
+  'if ctx.Done() == nil {' \
+  . '^(TestAttemptOnCallersContext)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else
