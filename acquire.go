@@ -35,6 +35,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 	defer func() { ob.done(lockCtx, err) }()
 	for round := 0; ; round++ {
 		lockCtx, res, err := w.attemptFirst(ctx, round == 0 && !try)
+		w.req.fresh = false // an attempt may leave background work on the owner's hold
 		switch {
 		case lockCtx != nil:
 			w.acquired = true
@@ -68,9 +69,14 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 func (h *handle) request(ctx context.Context, try bool) (request, error) {
 	owner, ok := ownerFrom(ctx, h.c)
 	if !ok {
+		// A new owner has no hold, no background work and no place in
+		// any queue: the lookups for them are skipped (request.fresh).
 		owner = h.c.newOwner()
 	}
-	req := request{owner: owner, lease: h.lease(), wait: !try, fence: h.cfg.fenced}
+	req := request{owner: owner, fresh: !ok, lease: h.lease(), wait: !try, fence: h.cfg.fenced}
+	if req.fresh {
+		return req, nil
+	}
 	if hd := h.c.held(h, owner); hd != nil && (hd.lease != req.lease || hd.watchdog == h.cfg.hasLease) {
 		return req, fmt.Errorf("%w: %q: re-entered with a lease (%v, watchdog %v) other than the one it is held with (%v, watchdog %v)",
 			ErrInvalidOption, h.name, req.lease, !h.cfg.hasLease, hd.lease, hd.watchdog)
@@ -83,9 +89,12 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 // lock it returns the attempt's result for the wait; last is why the
 // previous attempt failed, for the error if ctx ends now.
 func (h *handle) attemptOnce(ctx context.Context, req request, last error) (context.Context, attemptResult, error) {
-	hd, err := h.enter(ctx, req.owner)
-	if err != nil {
-		return nil, attemptResult{}, h.gaveUp(ctx, req, last)
+	var hd *hold
+	if !req.fresh {
+		var err error
+		if hd, err = h.enter(ctx, req.owner); err != nil {
+			return nil, attemptResult{}, h.gaveUp(ctx, req, last)
+		}
 	}
 	done := func() {} // called once the attempt has finished
 	if hd != nil {
@@ -178,10 +187,12 @@ type reply struct {
 
 // call runs one attempt (attemptSynced). The attempt runs on the
 // caller's goroutine when it cannot outlast ctx: when ctx cannot end, or
-// when it has a deadline and the Client's Redis client ends every request
-// by its ctx's deadline (honoursDeadlines: go-redis's ContextTimeoutEnabled). A ctx cancelled before its
-// deadline is then noticed when the attempt's round trip is over, which
-// on a frozen server is the deadline. Otherwise (a cluster client, a ctx
+// when it has a deadline, the Client's Redis client ends every request by
+// its ctx's deadline (honoursDeadlines: go-redis's ContextTimeoutEnabled)
+// and the script will go out at once rather than wait behind a batch on
+// the wire, which its deadline does not bound (batcher.sendsAlone). A ctx
+// cancelled before its deadline is then noticed when the attempt's round
+// trip is over, which on a frozen server is the deadline. Otherwise (a cluster client, a ctx
 // with no deadline that can be cancelled) the attempt runs on its own
 // goroutine and call returns when ctx ends, if that comes first, even on a
 // Redis client that ignores ctx: the attempt goes on in the background
@@ -189,7 +200,7 @@ type reply struct {
 // when it has finished. Handing an attempt to another goroutine and back
 // costs more than the attempt's own work in the client.
 func (h *handle) call(ctx context.Context, req request, done func()) (res attemptResult, left bool, err error) {
-	if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) {
+	if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) && h.c.batch.sendsAlone() {
 		res, err = h.attemptSynced(ctx, req)
 		return res, false, err
 	}
@@ -220,7 +231,9 @@ func (h *handle) call(ctx context.Context, req request, done func()) (res attemp
 // ErrNotReplicated. An attempt that failed without an answer may have run
 // all the same: what it may have taken is given back too.
 func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult, error) {
-	req.check = new(replicaCheck)
+	if h.c.cfg.replicas.enabled() {
+		req.check = new(replicaCheck)
+	}
 	res, err := attemptResult{}, h.c.reach.err() // Redis unreachable: do not dial
 	if err == nil {
 		res, err = h.kind.attempt(ctx, req)
@@ -523,6 +536,20 @@ func ctxDone(ctx context.Context) bool { return ctxErr(ctx) != nil }
 func hasDeadline(ctx context.Context) bool {
 	_, ok := ctx.Deadline()
 	return ok
+}
+
+// sendsAlone reports whether a script sent now goes out at once as a
+// plain command, bounded by its own ctx, rather than wait for a batch on
+// the wire to return (batch.go), which may take as long as the deadlines
+// and read timeouts of the requests ahead of it. Another goroutine may
+// take the last place on the wire between this check and the send: only
+// a server that stops answering in that moment can then hold an attempt
+// past its deadline, as long as the requests ahead of it take (go-redis
+// bounds them by their own deadlines and its read timeout).
+func (b *batcher) sendsAlone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.onWire < maxOnWire
 }
 
 // honoursDeadlines reports whether rdb ends every request by its ctx's

@@ -52,6 +52,9 @@ type abandoner interface {
 // request is one call to a kind's script.
 type request struct {
 	owner string
+	// fresh is set for an owner made for this Lock (the ctx carried
+	// none): it holds nothing and waits for nothing yet.
+	fresh bool
 	lease time.Duration // lease to set
 	wait  bool          // the caller will wait if the attempt fails
 	fence bool          // increment the fencing token

@@ -85,8 +85,12 @@ func (chk *replicaCheck) fail(err error) {
 	}
 }
 
-// failed returns the first shortfall recorded, or nil.
+// failed returns the first shortfall recorded, or nil (also for a nil
+// check: replica sync is off).
 func (chk *replicaCheck) failed() error {
+	if chk == nil {
+		return nil
+	}
 	chk.mu.Lock()
 	defer chk.mu.Unlock()
 	return chk.err

@@ -56,9 +56,15 @@ m "late-reply check disabled" acquire.go \
 # With a client that ends requests at their deadline, an attempt with a
 # deadline runs on the caller's goroutine, with the caller's ctx.
 m "attempt with a deadline handed to a goroutine" acquire.go \
-  'if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) {' \
+  'if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) && h.c.batch.sendsAlone() {' \
   'if ctx.Done() == nil {' \
   . '^(TestAttemptOnCallersContext)$'
+# An attempt that would wait behind a batch on the wire is not bounded by
+# its own deadline: it must go to a goroutine of its own.
+m "inline attempt behind a full batcher" acquire.go \
+  '&& hasDeadline(ctx) && h.c.batch.sendsAlone() {' \
+  '&& hasDeadline(ctx) {' \
+  . '^(TestDeadlinesOnFrozenServer)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else
