@@ -21,7 +21,7 @@ const cleanupGrace = 25 * time.Millisecond
 // busy counts the background operations on one owner's hold of one lock.
 type busy struct {
 	n    int
-	idle chan struct{} // closed when n drops to 0
+	idle chan struct{} // closed when n drops to 0; made by the first awaitIdle
 }
 
 // background runs f on its own goroutine. Each request f makes is bounded
@@ -42,7 +42,7 @@ func (c *Client) background(k holdKey, f func(ctx context.Context)) <-chan struc
 func (c *Client) addBusy(k holdKey) *busy {
 	b := c.busy[k]
 	if b == nil {
-		b = &busy{idle: make(chan struct{})}
+		b = &busy{}
 		c.busy[k] = b
 	}
 	b.n++
@@ -65,7 +65,9 @@ func (c *Client) endBusy(k holdKey, b *busy) {
 	defer c.mu.Unlock()
 	if b.n--; b.n == 0 {
 		delete(c.busy, k)
-		close(b.idle)
+		if b.idle != nil {
+			close(b.idle)
+		}
 	}
 }
 
@@ -74,12 +76,17 @@ func (c *Client) endBusy(k holdKey, b *busy) {
 func (c *Client) awaitIdle(ctx context.Context, k holdKey) error {
 	c.mu.Lock()
 	b := c.busy[k]
-	c.mu.Unlock()
 	if b == nil {
+		c.mu.Unlock()
 		return nil
 	}
+	if b.idle == nil {
+		b.idle = make(chan struct{})
+	}
+	idle := b.idle
+	c.mu.Unlock()
 	select {
-	case <-b.idle:
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 		return ctxErr(ctx)

@@ -88,10 +88,10 @@ func Token(ctx context.Context) (token int64, ok bool) {
 // the command was sent, so the local deadline is never later than Redis's.
 // It fails only when the Client was closed meanwhile.
 func (c *Client) register(ctx context.Context, h *handle, req request, token int64, start time.Time) (context.Context, error) {
-	lockCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	lockCtx = context.WithValue(lockCtx, ownerKey{c}, req.owner)
+	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	lockCtx := &lockContext{Context: cctx, c: c, owner: req.owner, acqKey: h.acqKey}
 	if req.fence {
-		lockCtx = context.WithValue(lockCtx, tokenKey{}, token)
+		lockCtx.token = token
 	}
 
 	c.mu.Lock()
@@ -118,7 +118,40 @@ func (c *Client) register(ctx context.Context, h *handle, req request, token int
 	hd.token = max(hd.token, token)
 	acq := &acquisition{hold: hd, cancel: cancel, token: token}
 	hd.acqs = append(hd.acqs, acq)
-	return context.WithValue(lockCtx, acqKey{c, h.kind.key(), h.kind.role()}, acq), nil
+	lockCtx.acq = acq
+	return lockCtx, nil
+}
+
+// lockContext is a lock context: a context that ctx's end does not
+// cancel, ended by its acquisition's cancel, carrying the owner (under
+// ownerKey), the acquisition (under its handle's acqKey) and, when fenced,
+// the token (under tokenKey), as three context.WithValue layers would, in
+// one value.
+type lockContext struct {
+	context.Context
+	c      *Client
+	owner  string
+	acqKey any
+	acq    *acquisition
+	token  any // int64, or nil when not fenced
+}
+
+func (l *lockContext) Value(key any) any {
+	switch k := key.(type) {
+	case acqKey:
+		if key == l.acqKey {
+			return l.acq
+		}
+	case tokenKey:
+		if l.token != nil {
+			return l.token
+		}
+	case ownerKey:
+		if k.c == l.c {
+			return l.owner
+		}
+	}
+	return l.Context.Value(key)
 }
 
 // extend moves the hold's local deadline after a request sent at start set

@@ -13,6 +13,9 @@ type handle struct {
 	name string
 	kind kind
 	cfg  lockConfig
+	// acqKey is the context key of the handle's acquisitions,
+	// acqKey{c, kind.key(), kind.role()}, made into an interface once.
+	acqKey any
 }
 
 // newHandle validates a lock's name and options and makes its handle with
@@ -38,7 +41,7 @@ func (c *Client) newHandle(name string, opts []LockOption, newKind func(name str
 	if err != nil {
 		return handle{}, err
 	}
-	return handle{c: c, name: name, kind: k, cfg: cfg}, nil
+	return handle{c: c, name: name, kind: k, cfg: cfg, acqKey: acqKey{c, k.key(), k.role()}}, nil
 }
 
 // check rejects calls that cannot work: a handle not made by a Client's
@@ -164,7 +167,7 @@ func (h *handle) Extend(ctx context.Context, lease time.Duration) error {
 	if lease < time.Millisecond || lease > MaxLease {
 		return fmt.Errorf("%w: lease %v is outside [1ms, %v]", ErrInvalidOption, lease, MaxLease)
 	}
-	acq, ok := ctx.Value(acqKey{h.c, h.kind.key(), h.kind.role()}).(*acquisition)
+	acq, ok := ctx.Value(h.acqKey).(*acquisition)
 	if !ok {
 		return fmt.Errorf("%w: %q: the context carries no hold of this lock", ErrNotHeld, h.name)
 	}

@@ -34,16 +34,24 @@ func (c *Client) NewMutex(name string, opts ...LockOption) (*Mutex, error) {
 	return &Mutex{h}, nil
 }
 
-// mutexKind holds the Redis names of one reentrant lock.
+// mutexKind holds the Redis names of one reentrant lock, and the key lists
+// of its scripts (made once; a script call only reads them).
 type mutexKind struct {
 	c           *Client
 	name        string
 	channelName string
 	token       string
+	acquireKeys []string // the lock, the token counter
+	releaseKeys []string // the lock, the channel
+	handKeys    []string // the lock, the channel, the token counter
 }
 
 func newMutexKind(c *Client, name string) *mutexKind {
-	return &mutexKind{c: c, name: name, channelName: layout.Prefixed(layout.LockChannelPrefix, name), token: layout.Prefixed(layout.TokenPrefix, name)}
+	k := &mutexKind{c: c, name: name, channelName: layout.Prefixed(layout.LockChannelPrefix, name), token: layout.Prefixed(layout.TokenPrefix, name)}
+	k.acquireKeys = []string{k.name, k.token}
+	k.releaseKeys = []string{k.name, k.channelName}
+	k.handKeys = []string{k.name, k.channelName, k.token}
+	return k
 }
 
 func (k *mutexKind) key() string               { return k.name }
@@ -53,18 +61,15 @@ func (k *mutexKind) renewer() renewer          { return hashRenewer{} }
 func (k *mutexKind) channel(string) string     { return k.channelName }
 
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return k.c.acquireScript(ctx, r, scripts.LockAcquire, []string{k.name, k.token},
-		millis(r.lease), r.owner, fenceArg(r))
+	return k.c.acquireScript(ctx, r, scripts.LockAcquire, k.acquireKeys, millis(r.lease), r.owner, fenceArg(r))
 }
 
 func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return k.c.releaseScript(ctx, scripts.LockRelease, []string{k.name, k.channelName},
-		unlockMessage, r.owner, k.c.publish)
+	return k.c.releaseScript(ctx, scripts.LockRelease, k.releaseKeys, unlockMessage, r.owner, k.c.publish)
 }
 
 func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
-	keys := []string{k.name, k.channelName, k.token}
-	cmd, resent := k.c.evalCounted(ctx, scripts.LockReleaseTo, keys,
+	cmd, resent := k.c.evalCounted(ctx, scripts.LockReleaseTo, k.handKeys,
 		unlockMessage, r.owner, k.c.publish, next.owner, millis(next.lease), fenceArg(next), when, ours)
 	res, err := cmd.Int64Slice()
 	switch {

@@ -238,7 +238,7 @@ func (o *lockObs) done(lockCtx context.Context, err error) {
 	e := LockEnd{Outcome: outcome(err), Wait: now.Sub(o.start), Rounds: o.rounds, Err: err}
 	if err == nil && lockCtx != nil {
 		h := o.h
-		if acq, ok := lockCtx.Value(acqKey{h.c, h.kind.key(), h.kind.role()}).(*acquisition); ok {
+		if acq, ok := lockCtx.Value(h.acqKey).(*acquisition); ok {
 			h.c.mu.Lock()
 			e.Reentry = len(acq.hold.acqs) > 0 && acq.hold.acqs[0] != acq
 			h.c.mu.Unlock()

@@ -33,7 +33,7 @@ func (h *handle) Unlock(ctx context.Context) (err error) {
 	if err := h.check(ctx); err != nil {
 		return err
 	}
-	acq, ok := ctx.Value(acqKey{h.c, h.kind.key(), h.kind.role()}).(*acquisition)
+	acq, ok := ctx.Value(h.acqKey).(*acquisition)
 	if !ok {
 		return fmt.Errorf("%w: %q: the context carries no hold of this lock; pass the context its Lock returned", ErrNotHeld, h.name)
 	}
@@ -61,7 +61,7 @@ func withDeadlineOf(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok {
 		return context.WithDeadline(context.WithoutCancel(ctx), d)
 	}
-	return context.WithCancel(context.WithoutCancel(ctx))
+	return context.WithoutCancel(ctx), func() {}
 }
 
 // releaseLast releases the last acquisition of a hold in Redis, under the
