@@ -17,11 +17,20 @@ import (
 // trip instead of paying one each, on the client and in Redis.
 //
 // Every caller has one command outstanding and waits for its reply, so
-// batching changes no order a caller can observe. go-redis re-sends a
-// pipeline's commands after a lost reply as it re-sends a lone command, so
-// the send counting of eval.go holds for batched scripts too.
+// batching changes no order a caller can observe. go-redis writes a
+// pipeline's commands again after a lost reply or a refusal it retries,
+// as it does a lone command, so the send counting of eval.go holds for
+// batched scripts too; the whole batch is written again then, so a
+// release that found nothing in such a batch reads as released, as a
+// re-sent lone release does.
 type batcher struct {
 	rdb redis.UniversalClient
+	// off sends every script alone: on a cluster a pipeline returns only
+	// when every node it touches has answered, so one frozen master would
+	// hold up the scripts for all the others, and go-redis may send a
+	// pipelined command twice at once while a slot migrates (TRYAGAIN for
+	// one command and ASK for another in the same pipeline).
+	off bool
 
 	mu     sync.Mutex
 	onWire int       // batches on the wire, or whose senders choose the next
@@ -46,46 +55,68 @@ type queued struct {
 }
 
 // process runs cmd, alone at once if there is room on the wire, else in
-// the next batch. It returns once cmd has its reply or error.
+// the next batch. It returns once cmd has its reply or error, or, when
+// ctx ends before a batch took cmd, with ctx's error and cmd unsent.
 func (b *batcher) process(ctx context.Context, cmd *redis.Cmd) {
+	if b.off {
+		_ = b.rdb.Process(ctx, cmd)
+		return
+	}
 	b.mu.Lock()
 	if b.onWire < maxOnWire {
 		b.onWire++
 		b.mu.Unlock()
+		defer b.passOn()
 		_ = b.rdb.Process(ctx, cmd)
-		b.passOn()
 		return
 	}
 	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	b.queue = append(b.queue, q)
 	b.mu.Unlock()
 
-	<-q.done // the sender of a batch in flight always closes it
-	if q.batch != nil {
-		b.send(q.batch)
-		b.passOn()
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		if b.withdraw(q) {
+			cmd.SetErr(ctx.Err())
+			return
+		}
+		<-q.done // taken into a batch: its sender closes done
 	}
+	if q.batch != nil {
+		defer b.passOn()
+		b.send(q.batch)
+	}
+}
+
+// withdraw takes q out of the queue, unless a batch took it already.
+func (b *batcher) withdraw(q *queued) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, o := range b.queue {
+		if o == q {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // send runs the scripts of a batch, the sender's own first, as one
 // pipeline.
 func (b *batcher) send(batch []*queued) {
+	defer func() { // even if a hook panics: no caller is left waiting
+		for _, q := range batch[1:] {
+			close(q.done)
+		}
+	}()
 	pipe := b.rdb.Pipeline()
 	for _, q := range batch {
-		if err := q.ctx.Err(); err != nil {
-			q.cmd.SetErr(err) // its caller gave up before it was sent
-			continue
-		}
 		_ = pipe.Process(q.ctx, q.cmd)
 	}
-	if pipe.Len() > 0 {
-		ctx, cancel := batchContext(batch)
-		_, _ = pipe.Exec(ctx)
-		cancel()
-	}
-	for _, q := range batch[1:] {
-		close(q.done)
-	}
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	_, _ = pipe.Exec(ctx)
 }
 
 // passOn makes the first waiting caller the sender of every waiting

@@ -1,9 +1,11 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -167,8 +169,8 @@ func TestBatchedScriptsSurviveLostReply(t *testing.T) {
 }
 
 // TestBatchedScriptGivenUp: a script whose caller's context ends while it
-// waits for the batch on the wire is not sent; the caller gets the
-// context's error and the others in its batch their replies.
+// waits for a batch on the wire returns at once with the context's error
+// and is not sent; the others in the queue are.
 func TestBatchedScriptGivenUp(t *testing.T) {
 	rdb := newRedis(t)
 	c := newClient(t, rdb)
@@ -179,25 +181,29 @@ func TestBatchedScriptGivenUp(t *testing.T) {
 	gone, cancel := context.WithCancel(context.Background())
 	live := redis.NewCmd(context.Background(), "set", key, "1")
 	dead := redis.NewCmd(gone, "set", key+"-given-up", "1")
-	var wg sync.WaitGroup
-	for _, q := range []struct {
-		ctx context.Context
-		cmd *redis.Cmd
-	}{{context.Background(), live}, {gone, dead}} {
-		wg.Add(1)
-		go func() { defer wg.Done(); b.process(q.ctx, q.cmd) }()
-		eventually(t, 5*time.Second, func() error { // keep the queue's order
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			if q.cmd == live && len(b.queue) == 1 || q.cmd == dead && len(b.queue) == 2 {
-				return nil
-			}
-			return errors.New("not queued yet")
-		})
-	}
+	liveDone, deadDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(liveDone); b.process(context.Background(), live) }()
+	go func() { defer close(deadDone); b.process(gone, dead) }()
+	eventually(t, 5*time.Second, func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.queue) != 2 {
+			return fmt.Errorf("%d of 2 queued", len(b.queue))
+		}
+		return nil
+	})
 	cancel()
+	select {
+	case <-deadDone: // while the batches on the wire have not returned
+	case <-time.After(5 * time.Second):
+		t.Fatal("a caller that gave up still waits for the batch on the wire")
+	}
 	b.passOn()
-	wg.Wait()
+	select {
+	case <-liveDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the live script was not sent")
+	}
 	unfill(b)
 	if b.onWire != 0 {
 		t.Errorf("%d batches still counted on the wire", b.onWire)
@@ -212,4 +218,148 @@ func TestBatchedScriptGivenUp(t *testing.T) {
 		t.Errorf("given-up command was sent (%d, %v)", n, err)
 	}
 	rdb.Del(context.Background(), key)
+}
+
+// scriptsOn is a go-redis hook that announces each command naming one of
+// keys.
+type scriptsOn struct {
+	keys []string
+	sent chan struct{}
+}
+
+func (s *scriptsOn) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *scriptsOn) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (s *scriptsOn) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if k, ok := a.(string); ok && slices.Contains(s.keys, k) {
+				s.sent <- struct{}{}
+				break
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestClusterFrozenMasterHoldsUpNoOther: on a cluster, scripts stuck on a
+// frozen master do not hold up a Lock on another master (a pipeline would
+// wait for every node it touches, so a cluster Client does not batch).
+func TestClusterFrozenMasterHoldsUpNoOther(t *testing.T) {
+	cl := sharedCluster(t)
+	tp := clusterTopology(t)
+	ctx := context.Background()
+	rdb := newClusterRedis(t, cl, 3*time.Second)
+	base := topoName(t, tp)
+	var stuck []string // names on one master, and one name elsewhere
+	var healthy string
+	frozen := cl.MasterFor(base + ":{0}")
+	for i := 0; len(stuck) < maxOnWire || healthy == ""; i++ {
+		name := fmt.Sprintf("%s:{%d}", base, i)
+		if cl.MasterFor(name) != frozen {
+			healthy = cmp.Or(healthy, name)
+		} else if len(stuck) < maxOnWire {
+			stuck = append(stuck, name)
+		}
+	}
+	hook := &scriptsOn{keys: stuck, sent: make(chan struct{}, 16)}
+	rdb.AddHook(hook)
+	c := newClient(t, rdb)
+	m := mustMutex(t, c, healthy)
+	if err := m.Unlock(mustLock(t, ctx, m)); err != nil { // connect first
+		t.Fatal(err)
+	}
+
+	frozen.Pause()
+	resumed := sync.OnceFunc(frozen.Resume)
+	t.Cleanup(func() { resumed(); _ = cl.WaitHealthy(ctx) })
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer resumed()
+	for _, name := range stuck {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, _ = mustMutex(t, c, name).Lock(dctx)
+		}()
+	}
+	for range stuck { // each stuck script is on its way to the frozen master
+		select {
+		case <-hook.sent:
+		case <-time.After(5 * time.Second):
+			t.Fatal("scripts not sent to the frozen master")
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	lctx, err := m.Lock(dctx)
+	if err != nil {
+		t.Fatalf("Lock on a healthy master while another is frozen: %v", err)
+	}
+	if err := m.Unlock(lctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// panicky is a go-redis hook whose pipelines panic.
+type panicky struct{}
+
+func (panicky) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (panicky) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (panicky) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { panic("hook") }
+}
+
+// TestBatchPanicStrandsNoOne: when sending a batch panics (a go-redis
+// hook), the panic reaches the sender, every other caller of the batch
+// returns, and the batch no longer counts as on the wire.
+func TestBatchPanicStrandsNoOne(t *testing.T) {
+	rdb := newRedis(t)
+	rdb.AddHook(panicky{})
+	c := newClient(t, rdb)
+	b := &c.batch
+	fill(b)
+	recovered := make(chan any, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { recovered <- recover() }()
+			b.process(context.Background(), redis.NewCmd(context.Background(), "ping", i))
+		}()
+	}
+	eventually(t, 5*time.Second, func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.queue) != 2 {
+			return fmt.Errorf("%d of 2 queued", len(b.queue))
+		}
+		return nil
+	})
+	b.passOn()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a caller of the batch was left waiting")
+	}
+	close(recovered)
+	panics := 0
+	for r := range recovered {
+		if r != nil {
+			panics++
+		}
+	}
+	if panics != 1 {
+		t.Errorf("%d callers saw the panic, want 1 (the sender)", panics)
+	}
+	unfill(b)
+	if b.onWire != 0 {
+		t.Errorf("%d batches still counted on the wire", b.onWire)
+	}
 }

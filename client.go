@@ -100,7 +100,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		rdb:     rdb,
-		batch:   batcher{rdb: rdb},
+		batch:   batcher{rdb: rdb, off: isCluster(rdb)},
 		id:      id,
 		cfg:     cfg,
 		cluster: isCluster(rdb),

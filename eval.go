@@ -40,9 +40,9 @@ func (c *Client) evalCounted(ctx context.Context, s *redis.Script, keys []string
 	retryTransient(ctx, func() error {
 		sends := new(sendCounter)
 		cmd = c.script(ctx, "evalsha", s.Hash(), keys, args, sends)
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if src := scripts.Source(s); src != "" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			sends = new(sendCounter)
-			cmd = c.script(ctx, "eval", scripts.Source(s), keys, args, sends)
+			cmd = c.script(ctx, "eval", src, keys, args, sends)
 		}
 		// A repeat within any try (go-redis re-sends inside one) may
 		// answer for a run whose reply was lost, even if a later try
