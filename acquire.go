@@ -538,20 +538,6 @@ func hasDeadline(ctx context.Context) bool {
 	return ok
 }
 
-// sendsAlone reports whether a script sent now goes out at once as a
-// plain command, bounded by its own ctx, rather than wait for a batch on
-// the wire to return (batch.go), which may take as long as the deadlines
-// and read timeouts of the requests ahead of it. Another goroutine may
-// take the last place on the wire between this check and the send: only
-// a server that stops answering in that moment can then hold an attempt
-// past its deadline, as long as the requests ahead of it take (go-redis
-// bounds them by their own deadlines and its read timeout).
-func (b *batcher) sendsAlone() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.onWire < maxOnWire
-}
-
 // honoursDeadlines reports whether rdb ends every request by its ctx's
 // deadline: a plain *redis.Client with ContextTimeoutEnabled that sets
 // socket deadlines (ReadTimeout and WriteTimeout not -2). go-redis's

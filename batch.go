@@ -89,6 +89,20 @@ func (b *batcher) process(ctx context.Context, cmd *redis.Cmd) {
 	}
 }
 
+// sendsAlone reports whether a script sent now goes out at once as a
+// plain command, bounded by its own ctx, rather than wait for a batch on
+// the wire to return (batch.go), which may take as long as the deadlines
+// and read timeouts of the requests ahead of it. Another goroutine may
+// take the last place on the wire between this check and the send: only
+// a server that stops answering in that moment can then hold an attempt
+// past its deadline, as long as the requests ahead of it take (go-redis
+// bounds them by their own deadlines and its read timeout).
+func (b *batcher) sendsAlone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.off || b.onWire < maxOnWire
+}
+
 // withdraw takes q out of the queue, unless a batch took it already.
 func (b *batcher) withdraw(q *queued) bool {
 	b.mu.Lock()
