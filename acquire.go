@@ -235,14 +235,18 @@ func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult,
 		req.check = new(replicaCheck)
 	}
 	res, err := attemptResult{}, h.c.reach.err() // Redis unreachable: do not dial
-	if err == nil {
+	sent := err == nil
+	if sent {
 		res, err = h.kind.attempt(ctx, req)
 		h.c.reach.saw(err)
 	}
 	if err != nil {
-		// Even an attempt not sent gives back: a hand-over whose
-		// answer was lost may have made the owner the holder.
-		h.giveBack(req)
+		// An attempt not sent took nothing, but a hand-over to a
+		// queued Lock whose answer was lost may have made the owner
+		// the holder: that is given back too.
+		if sent || req.queued {
+			h.giveBack(req)
+		}
 		return res, err
 	}
 	if short := req.check.failed(); res.acquired && short != nil {
@@ -386,6 +390,7 @@ func (w *waiter) subscribe(ctx context.Context, channel string) (*pubsub.Waiter,
 func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 	if w.hands && w.place == nil {
 		w.place = w.h.newPlace(w.req)
+		w.req.queued = true
 	}
 	for {
 		var granted <-chan grant

@@ -62,6 +62,9 @@ type request struct {
 	// already: the attempt confirms the hold, and there is nothing to
 	// give back if the caller does not take it.
 	reentry bool
+	// queued is set once the Lock has waited in this Client's queue, where
+	// a release may hand the lock over to it (handoff.go).
+	queued bool
 	// token is the owner's latest fencing token on a re-entry, 0 if none.
 	token int64
 	// check, when set, receives the outcome of the replica sync that
