@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
@@ -206,11 +207,11 @@ func (h *handle) call(ctx context.Context, req request, done func()) (res attemp
 	}
 	replied := make(chan reply, 1)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	go func() {
+	h.c.runners.run(func() {
 		defer cancel()
 		res, err := h.attemptSynced(actx, req)
 		replied <- reply{res, err}
-	}()
+	})
 	select {
 	case r := <-replied:
 		return r.res, false, r.err
@@ -224,6 +225,61 @@ func (h *handle) call(ctx context.Context, req request, done func()) (res attemp
 		})
 		return attemptResult{}, true, ctxErr(ctx)
 	}
+}
+
+// runners runs the attempts that call hands over on goroutines kept
+// between attempts, up to maxIdleRunners idle ones: a new goroutine's
+// stack would be grown (copied) again by the Redis client's deep calls at
+// every attempt, which costs more than starting the goroutine.
+type runners struct {
+	mu     sync.Mutex
+	idle   []chan func()
+	closed bool
+}
+
+// maxIdleRunners bounds the goroutines kept idle for attempts.
+const maxIdleRunners = 16
+
+// run runs f on an idle runner or a new goroutine.
+func (rs *runners) run(f func()) {
+	rs.mu.Lock()
+	if n := len(rs.idle); n > 0 {
+		r := rs.idle[n-1]
+		rs.idle = rs.idle[:n-1]
+		rs.mu.Unlock()
+		r <- f // buffered: never blocks
+		return
+	}
+	rs.mu.Unlock()
+	r := make(chan func(), 1)
+	r <- f
+	go rs.loop(r)
+}
+
+// loop runs the functions handed to r, waiting idle in between, until
+// the runners are closed or enough others wait.
+func (rs *runners) loop(r chan func()) {
+	for f := range r {
+		f()
+		rs.mu.Lock()
+		if rs.closed || len(rs.idle) >= maxIdleRunners {
+			rs.mu.Unlock()
+			return
+		}
+		rs.idle = append(rs.idle, r)
+		rs.mu.Unlock()
+	}
+}
+
+// close ends the idle runners; later attempts get goroutines of their own.
+func (rs *runners) close() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.closed = true
+	for _, r := range rs.idle {
+		close(r)
+	}
+	rs.idle = nil
 }
 
 // attemptSynced makes one attempt. A hold it took that did not reach

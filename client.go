@@ -42,6 +42,10 @@ type Client struct {
 	watchdog *watchdog.Watchdog[*hold]
 	reach    *reach // closed while Redis cannot be reached (reach.go)
 
+	// runners are goroutines for attempts that must not hold up their
+	// caller (acquire.go).
+	runners runners
+
 	mu     sync.Mutex
 	holds  map[holdKey]*hold
 	done   chan struct{}      // closed by Close
@@ -151,6 +155,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	c.watchdog.Close()
+	c.runners.close()
 	c.reach.close()
 	closePermits(c) // permit semaphores: renewer and permit contexts
 	c.observeClosed(holds)
