@@ -96,14 +96,10 @@ func TestScriptFlushLoop(t *testing.T) {
 func TestRedisRestart(t *testing.T) {
 	// maxStuck: a release that failed waits for the Client's probe (10
 	// to 100 ms apart) and goes as soon as Redis answers through the
-	// pool. The pool may refuse for longer: go-redis counts failed dials
-	// over the client's life and, at PoolSize, dials again only once a
-	// second; dlock no longer dials from every retry loop (reach.go), but
-	// the commands in flight when Redis dies still count, so now and
-	// then one outage trips it, and a process's release then waits for
-	// go-redis's next dial, up to a second after the trip. A lost
-	// release would keep the lock for the lease.
-	const lease, down, maxStuck = 10 * time.Second, 250 * time.Millisecond, time.Second
+	// pool. A pool whose dial breaker tripped (see lockClient's
+	// PoolSize) would refuse for up to a second more; a lost release
+	// would keep the lock for the lease.
+	const lease, down, maxStuck = 10 * time.Second, 250 * time.Millisecond, 500 * time.Millisecond
 	w := contention(scale(250, 3000))
 	w.Watchdog, w.NoRetries = lease, true
 	name := "chaos:Redis restarted (AOF always)"
