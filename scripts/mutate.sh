@@ -65,6 +65,16 @@ m "inline attempt behind a full batcher" acquire.go \
   '&& hasDeadline(ctx) && h.c.batch.sendsAlone() {' \
   '&& hasDeadline(ctx) {' \
   . '^(TestDeadlinesOnFrozenServer)$'
+# The first acquisition's short path (lock_acquire_free.lua) must check
+# that the lock is free, and a fenced one must take a new token.
+m "free path grants a held lock" internal/scripts/lock_acquire_free.lua \
+  "and redis.call('exists', KEYS[1]) == 0 then" \
+  "then" \
+  . '^(TestSharedHandleExcludes|TestMutualExclusion)$'
+m "free path takes no token" internal/scripts/lock_acquire_free.lua \
+  "return {1, redis.call('incr', KEYS[2])}" \
+  "return {1, 1}" \
+  . '^(TestFencingTokens)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else

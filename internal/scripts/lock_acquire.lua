@@ -12,6 +12,9 @@
 -- fenced), {0, pttl} when another owner holds it, {-2, 0} when a re-entry
 -- finds the owner's hold gone.
 --
+-- lock_acquire_free.lua runs first and answers the common case, a first
+-- acquisition of a free lock, before fence.lua's functions are made.
+--
 -- Running it twice is harmless: the hold count of a dlock owner stays 1
 -- (the Client counts re-entries), so a command re-sent after a lost reply
 -- finds the owner's field and only sets the lease again. Owner names are

@@ -12,6 +12,8 @@ import (
 var (
 	//go:embed fence.lua
 	fence string
+	//go:embed lock_acquire_free.lua
+	lockAcquireFree string
 	//go:embed lock_acquire.lua
 	lockAcquire string
 	//go:embed lock_release.lua
@@ -28,7 +30,7 @@ var (
 
 // Reentrant lock (Redisson RLock) scripts.
 var (
-	LockAcquire   = newScript(fence + lockAcquire)
+	LockAcquire   = newScript(lockAcquireFree + fence + lockAcquire)
 	LockRelease   = newScript(lockRelease)
 	LockReleaseTo = newScript(fence + lockReleaseTo)
 	LockRenew     = newScript(lockRenew)
