@@ -166,11 +166,9 @@ func testDeadlinesOnFrozenServer(t *testing.T, opt *redis.Options) {
 			t.Errorf("%s succeeded on a frozen server", what)
 		}
 	}
-	within("Lock of a held lock", func(dctx context.Context) error { _, err := other.Lock(dctx); return err })
-	within("Lock of a free lock", func(dctx context.Context) error { _, err := fresh.Lock(dctx); return err })
-	within("TryLock", func(dctx context.Context) error { _, err := other.TryLock(dctx); return err })
-	// Locks with a later deadline fill the Client's batcher (batch.go):
-	// a Lock behind them must still return by its own deadline.
+	// First, while dlock still takes Redis for reachable (reach.go): Locks
+	// with a later deadline fill the Client's batcher (batch.go), and a
+	// Lock behind them must still return by its own deadline.
 	var slow sync.WaitGroup
 	for i := range maxOnWire + 1 {
 		slow.Go(func() {
@@ -189,6 +187,9 @@ func testDeadlinesOnFrozenServer(t *testing.T, opt *redis.Options) {
 	})
 	within("Lock behind a full batcher", func(dctx context.Context) error { _, err := fresh.Lock(dctx); return err })
 	slow.Wait()
+	within("Lock of a held lock", func(dctx context.Context) error { _, err := other.Lock(dctx); return err })
+	within("Lock of a free lock", func(dctx context.Context) error { _, err := fresh.Lock(dctx); return err })
+	within("TryLock", func(dctx context.Context) error { _, err := other.TryLock(dctx); return err })
 	within("Unlock", func(dctx context.Context) error {
 		uctx, cancel := context.WithDeadline(held, time.Now().Add(deadline)) // derived from the lock context
 		defer cancel()

@@ -59,12 +59,6 @@ m "attempt with a deadline handed to a goroutine" acquire.go \
   'if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) && h.c.batch.sendsAlone() {' \
   'if ctx.Done() == nil {' \
   . '^(TestAttemptOnCallersContext)$'
-# An attempt that would wait behind a batch on the wire is not bounded by
-# its own deadline: it must go to a goroutine of its own.
-m "inline attempt behind a full batcher" acquire.go \
-  '&& hasDeadline(ctx) && h.c.batch.sendsAlone() {' \
-  '&& hasDeadline(ctx) {' \
-  . '^(TestDeadlinesOnFrozenServer)$'
 # The first acquisition's short path (lock_acquire_free.lua) must check
 # that the lock is free, and a fenced one must take a new token.
 m "free path grants a held lock" internal/scripts/lock_acquire_free.lua \
@@ -114,8 +108,8 @@ m "failed release not retried" release.go \
   '	if true || !retrying(err) {' \
   . '^(TestReleaseOutlivesOutage)$'
 m "failed give-back not retried" acquire.go \
-  'if err == nil || !mayPass(err) || time.Now().Add(pause).After(until)' \
-  'if true || err == nil || !mayPass(err) || time.Now().Add(pause).After(until)' \
+  'until := time.Now().Add(validity(h.kind, req.lease))' \
+  'until := time.Now()' \
   . '^(TestGiveBackOutlivesOutage)$'
 # A Client hands a lock to its own waiters at most handoffBound times in a
 # row while another process waits for it.
