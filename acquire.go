@@ -41,6 +41,8 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 		case lockCtx != nil:
 			w.acquired = true
 			return lockCtx, nil
+		case errors.Is(err, ErrUnreachable) && !try && h.gate().wait(ctx):
+			continue // Redis is back: try again at once
 		case err != nil:
 			return nil, err
 		case try:
@@ -290,11 +292,12 @@ func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult,
 	if h.c.cfg.replicas.enabled() {
 		req.check = new(replicaCheck)
 	}
-	res, err := attemptResult{}, h.c.reach.err() // Redis unreachable: do not dial
+	gate := h.gate()
+	res, err := attemptResult{}, gate.err() // Redis unreachable: do not dial
 	sent := err == nil
 	if sent {
 		res, err = h.kind.attempt(ctx, req)
-		h.c.reach.saw(err)
+		gate.saw(err)
 	}
 	if err != nil {
 		// An attempt not sent took nothing, but a hand-over to a

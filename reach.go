@@ -39,7 +39,9 @@ type reach struct {
 	// cluster, whose nodes fail one by one) leaves the gate open.
 	dial    func(ctx context.Context) (net.Conn, error)
 	ping    func(ctx context.Context) error // through the pool
+	idle    func() bool                     // the pool holds idle connections
 	timeout time.Duration                   // of one probe
+	pinged  time.Time                       // the prober's last PING through the pool
 	ctx     context.Context
 	cancel  context.CancelFunc // ends probes and waits at Close
 	probes  sync.WaitGroup
@@ -60,6 +62,7 @@ func newReach(rdb redis.UniversalClient) *reach {
 		if opt.Dialer != nil {
 			r.dial = func(ctx context.Context) (net.Conn, error) { return opt.Dialer(ctx, opt.Network, opt.Addr) }
 			r.ping = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+			r.idle = func() bool { return c.PoolStats().IdleConns > 0 }
 			r.timeout = opt.DialTimeout
 			if r.timeout <= 0 {
 				r.timeout = 5 * time.Second
@@ -141,12 +144,24 @@ func (r *reach) probe() {
 	}
 }
 
-// try makes one probe and returns why Redis cannot be used, or nil.
+// try makes one probe and returns why Redis cannot be used, or nil. When
+// the dial outside the pool fails, the pool may still have connections
+// that work (the Sentinels are down but the master is not, a DialHook
+// sends the pool's dials elsewhere, a DNS outage): a PING through the pool
+// then opens the gate. The prober sends one when the pool has idle
+// connections, which it uses without dialling, and otherwise at most once
+// a second, so that its failed dials do not trip go-redis's breaker.
 func (r *reach) try() error {
 	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 	defer cancel()
 	conn, err := r.dial(ctx)
 	if err != nil {
+		if r.idle() || time.Since(r.pinged) >= time.Second {
+			r.pinged = time.Now()
+			if perr := r.ping(ctx); perr == nil || isRedisReply(perr) {
+				return nil
+			}
+		}
 		return err
 	}
 	_ = conn.Close()
@@ -178,6 +193,29 @@ func (r *reach) pause(ctx context.Context, d time.Duration, until time.Time) boo
 	}
 	return false
 }
+
+// wait waits until the gate is open; it reports false when ctx ends or
+// the Client closes first.
+func (r *reach) wait(ctx context.Context) bool {
+	r.mu.Lock()
+	open := r.open
+	r.mu.Unlock()
+	if open == nil {
+		return true
+	}
+	select {
+	case <-open:
+		return true
+	case <-ctx.Done():
+	case <-r.ctx.Done():
+	}
+	return false
+}
+
+// ungated is the gate of RedLock's handles, which stays open: their
+// requests go to several servers, each a Client with a gate of its own,
+// and a quorum needs only some of them.
+var ungated = &reach{}
 
 // close stops the prober and ends the waits in pause.
 func (r *reach) close() {

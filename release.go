@@ -146,19 +146,19 @@ func (h *handle) releaseRetry(ctx context.Context, hd *hold, err error) {
 // the error of a try already made (nil: send at once). It returns how many
 // tries there were in all and the last error.
 func (h *handle) resend(ctx context.Context, until time.Time, first error, send func(context.Context) error) (int, error) {
-	tries, err := 0, first
+	tries, err, gate := 0, first, h.gate()
 	if first != nil {
 		tries = 1
 	}
 	for pause := time.Duration(0); tries == 0 || retrying(err); pause = min(max(2*pause, 50*time.Millisecond), maxReleasePause) {
-		if tries > 0 && (h.c.isClosed() || !h.c.reach.pause(ctx, pause, until)) {
+		if tries > 0 && (h.c.isClosed() || !gate.pause(ctx, pause, until)) {
 			break
 		}
-		if err = h.c.reach.err(); err == nil {
+		if err = gate.err(); err == nil {
 			rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 			err = send(rctx)
 			cancel()
-			h.c.reach.saw(err)
+			gate.saw(err)
 		}
 		tries++
 	}
@@ -172,6 +172,7 @@ func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
 	req := request{owner: hd.owner, lease: hd.lease}
 	var res releaseResult
 	var err error
+	gate := h.gate()
 	hand, ok := h.kind.(handoffer)
 	next, when := (*place)(nil), ""
 	if ok && first {
@@ -181,16 +182,16 @@ func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
 		if next != nil {
 			h.c.handedOver(h, next, grant{})
 		}
-		if err = h.c.reach.err(); err == nil {
+		if err = gate.err(); err == nil {
 			res, err = h.kind.release(ctx, req)
-			h.c.reach.saw(err)
+			gate.saw(err)
 		}
 	} else {
 		start := time.Now()
 		var ho handoff
-		if err = h.c.reach.err(); err == nil {
+		if err = gate.err(); err == nil {
 			ho, err = hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
-			h.c.reach.saw(err)
+			gate.saw(err)
 		}
 		h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil,
 			token: ho.token, start: start})

@@ -50,10 +50,15 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 	if !holds[0].watchdog {
 		lease = 0
 	}
-	alive, err := []bool(nil), c.reach.err()
+	gate := c.reach
+	if _, ok := holds[0].kind.(*redKind); ok {
+		gate = ungated
+	}
+	gate.wait(ctx) // within the tick: a renewal sent as Redis comes back keeps the holds
+	alive, err := []bool(nil), gate.err()
 	if err == nil {
 		alive, err = holds[0].kind.renewer().renew(ctx, c, lease, holds)
-		c.reach.saw(err)
+		gate.saw(err)
 	}
 	c.observeRenewal(holds, start, alive, err)
 	if err != nil {

@@ -1,0 +1,139 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// refused is the error of a dial that Redis refused.
+var refused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
+// TestGateOpensOnWorkingPool: new connections cannot be opened (here the
+// Dialer refuses; in life the Sentinels are down, or DNS) but the pool's
+// connections work. The gate that a failed dial shut must open again
+// through them: Locks go on and held locks are renewed.
+func TestGateOpensOnWorkingPool(t *testing.T) {
+	ctx := context.Background()
+	var g dialGate
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Dialer: g.dial, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	m := mustMutex(t, c, lockName(t))
+	if err := m.Unlock(mustLock(t, ctx, m)); err != nil { // the pool has a connection
+		t.Fatal(err)
+	}
+	g.shut.Store(true)
+	c.reach.saw(refused)
+	if !errors.Is(c.reach.err(), ErrUnreachable) {
+		t.Fatal("a failed dial did not shut the gate")
+	}
+	eventually(t, 5*time.Second, func() error { return c.reach.err() })
+	l, err := m.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock with new connections refused and the pool's working: %v", err)
+	}
+	if err := m.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedLockIgnoresFirstClientGate: the first server of a RedLock is
+// down and its Client's gate shut; the other two are a quorum, and the
+// RedLock must still be taken and released.
+func TestRedLockIgnoresFirstClientGate(t *testing.T) {
+	ctx := context.Background()
+	servers, clients := redLockNodes(t, 3)
+	l := mustRedLock(t, clients, "test:"+t.Name())
+	servers[0].Kill()
+	clients[0].reach.saw(refused)
+	if !errors.Is(clients[0].reach.err(), ErrUnreachable) {
+		t.Fatal("the first Client's gate is open")
+	}
+	lctx, err := l.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("RedLock TryLock with 2 of 3 servers up: %v", err)
+	}
+	if err := l.Unlock(lctx); err != nil {
+		t.Fatalf("RedLock Unlock with 2 of 3 servers up: %v", err)
+	}
+}
+
+// countingDial is a Dialer that counts its dials and refuses them, as a
+// stopped Redis does, while shut is set.
+type countingDial struct {
+	shut atomic.Bool
+	n    atomic.Int64
+}
+
+func (d *countingDial) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.n.Add(1)
+	if d.shut.Load() {
+		return nil, refused
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+// TestLockWaitsOutOutage: a Lock called while Redis cannot be reached
+// waits for it, as long as its ctx allows, rather than failing at once
+// with ErrUnreachable; TryLock fails at once.
+func TestLockWaitsOutOutage(t *testing.T) {
+	ctx := context.Background()
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var d countingDial
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: d.dial, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	m := mustMutex(t, c, lockName(t))
+	if err := m.Unlock(mustLock(t, ctx, m)); err != nil {
+		t.Fatal(err)
+	}
+	d.shut.Store(true)
+	proxy.CloseAll()
+	if _, err := m.TryLock(ctx); err == nil || errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryLock in an outage: %v, want a connection error", err)
+	}
+	eventually(t, 5*time.Second, func() error { // the gate is shut
+		if c.reach.err() == nil {
+			return errors.New("the gate is open")
+		}
+		return nil
+	})
+	if _, err := m.TryLock(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("TryLock behind the shut gate: %v, want ErrUnreachable", err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Lock(lctx)
+		if err == nil {
+			err = m.Unlock(l)
+		}
+		got <- err
+	}()
+	for probes := d.n.Load() + 3; d.n.Load() < probes; { // the prober dials three more times
+		select {
+		case err := <-got:
+			t.Fatalf("Lock returned while Redis could not be reached: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	d.shut.Store(false)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Lock once Redis was back: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock did not return once Redis was back")
+	}
+}
