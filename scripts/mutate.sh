@@ -117,6 +117,36 @@ m "hand-over not bounded" handoff.go \
   'case q.handoffs < handoffBound:' \
   'case true:' \
   . '^(TestHandoffBoundLetsOthersIn)$'
+# A batched script goes out with a pipeline that go-redis writes again
+# after a lost reply; a queued caller whose ctx ends leaves the queue.
+m "batch: queued caller ignores its ctx" batch.go \
+  'if b.withdraw(q) {' \
+  'if false && b.withdraw(q) {' \
+  . '^(TestBatchedScriptGivenUp)$'
+# On a cluster one frozen master would hold up every batch.
+m "batch: cluster scripts batched" client.go \
+  'batcher{rdb: rdb, off: isCluster(rdb)}' \
+  'batcher{rdb: rdb, off: false}' \
+  . '^(TestClusterFrozenMasterHoldsUpNoOther)$'
+# The reach gate opens through the pool's working connections when a
+# fresh dial fails (Sentinels or DNS down, a DialHook).
+m "reach: gate opens only on a fresh dial" reach.go \
+  'if r.idle() || time.Since(r.pinged) >= time.Second {' \
+  'if false {' \
+  . '^(TestGateOpensOnWorkingPool)$'
+# Lock waits out an outage as long as its ctx allows.
+m "reach: Lock fails at once on a shut gate" acquire.go \
+  'case errors.Is(err, ErrUnreachable) && !try && h.gate().wait(ctx):' \
+  'case false:' \
+  . '^(TestLockWaitsOutOutage)$'
+# A RedLock's servers are Clients with gates of their own.
+m "reach: RedLock follows its first Client's gate" lock.go \
+  'if _, ok := h.kind.(*redKind); ok {
+		return ungated
+	}
+	return h.c.reach' \
+  'return h.c.reach' \
+  . '^(TestRedLockIgnoresFirstClientGate)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
