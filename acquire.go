@@ -190,12 +190,12 @@ type reply struct {
 
 // call runs one attempt (attemptSynced). The attempt runs on the
 // caller's goroutine when it cannot outlast ctx: when ctx cannot end, or
-// when it has a deadline, the Client's Redis client ends every request by
-// its ctx's deadline (honoursDeadlines: go-redis's ContextTimeoutEnabled)
-// and the script will go out at once rather than wait behind a batch on
-// the wire, which its deadline does not bound (batcher.sendsAlone). A ctx
-// cancelled before its deadline is then noticed when the attempt's round
-// trip is over, which on a frozen server is the deadline. Otherwise (a cluster client, a ctx
+// when it has a deadline and the Client's Redis client ends every request
+// by its ctx's deadline (honoursDeadlines: go-redis's
+// ContextTimeoutEnabled; the batcher then sends such scripts alone, never
+// behind another's batch). A ctx cancelled before its deadline is then
+// noticed when the attempt's round trip is over, which on a frozen server
+// is the deadline. Otherwise (a cluster client, a ctx
 // with no deadline that can be cancelled) the attempt runs on its own
 // goroutine and call returns when ctx ends, if that comes first, even on a
 // Redis client that ignores ctx: the attempt goes on in the background
@@ -203,7 +203,7 @@ type reply struct {
 // when it has finished. Handing an attempt to another goroutine and back
 // costs more than the attempt's own work in the client.
 func (h *handle) call(ctx context.Context, req request, done func()) (res attemptResult, left bool, err error) {
-	if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) && h.c.batch.sendsAlone() {
+	if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) {
 		res, err = h.attemptSynced(ctx, req)
 		return res, false, err
 	}
@@ -304,7 +304,10 @@ func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult,
 		// queued Lock whose answer was lost may have made the owner
 		// the holder: that is given back too.
 		if sent || req.queued {
-			h.giveBack(req)
+			done := h.startGiveBack(req)
+			if ctx.Err() == nil { // a caller out of time does not wait for it
+				grace(done)
+			}
 		}
 		return res, err
 	}
@@ -318,16 +321,20 @@ func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult,
 // giveBack releases, in the background, a hold that an attempt may have
 // taken but the caller will not get, and waits cleanupGrace for it. A
 // re-entry took nothing the owner did not hold already.
-func (h *handle) giveBack(req request) {
+func (h *handle) giveBack(req request) { grace(h.startGiveBack(req)) }
+
+// startGiveBack starts giveBack's work and returns a channel closed when
+// it is done.
+func (h *handle) startGiveBack(req request) <-chan struct{} {
 	if req.reentry {
-		return
+		return closedChan
 	}
 	// The attempt may have run and set the lease, its reply lost with the
 	// connection (a Redis restart): a give-back that fails for a reason
 	// that may pass is sent again, as a release is (releaseRetry), until
 	// that lease has run out, or the lock would stay taken for a lease.
 	until := time.Now().Add(validity(h.kind, req.lease))
-	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
+	return h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
 		send := func(ctx context.Context) error {
 			_, err := h.kind.release(ctx, req)
 			return err
@@ -335,8 +342,11 @@ func (h *handle) giveBack(req request) {
 		if _, err := h.resend(ctx, until, nil, send); err != nil {
 			h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
 		}
-	}))
+	})
 }
+
+// closedChan is a channel that is always closed.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // leave takes a waiter that stopped waiting out of the kind's queue, for
 // kinds that keep one (the fair lock), in the background, and waits

@@ -31,6 +31,11 @@ type batcher struct {
 	// pipelined command twice at once while a slot migrates (TRYAGAIN for
 	// one command and ASK for another in the same pipeline).
 	off bool
+	// deadlines sends alone every script whose ctx has a deadline, when
+	// the Redis client ends each request by it (ContextTimeoutEnabled):
+	// a batch runs under the latest deadline of its scripts, or none, so
+	// a script in it could outlast its own.
+	deadlines bool
 
 	mu     sync.Mutex
 	onWire int       // batches on the wire, or whose senders choose the next
@@ -58,7 +63,7 @@ type queued struct {
 // the next batch. It returns once cmd has its reply or error, or, when
 // ctx ends before a batch took cmd, with ctx's error and cmd unsent.
 func (b *batcher) process(ctx context.Context, cmd *redis.Cmd) {
-	if b.off {
+	if b.off || b.deadlines && hasDeadline(ctx) {
 		_ = b.rdb.Process(ctx, cmd)
 		return
 	}
@@ -87,20 +92,6 @@ func (b *batcher) process(ctx context.Context, cmd *redis.Cmd) {
 		defer b.passOn()
 		b.send(q.batch)
 	}
-}
-
-// sendsAlone reports whether a script sent now goes out at once as a
-// plain command, bounded by its own ctx, rather than wait for a batch on
-// the wire to return (batch.go), which may take as long as the deadlines
-// and read timeouts of the requests ahead of it. Another goroutine may
-// take the last place on the wire between this check and the send: only
-// a server that stops answering in that moment can then hold an attempt
-// past its deadline, as long as the requests ahead of it take (go-redis
-// bounds them by their own deadlines and its read timeout).
-func (b *batcher) sendsAlone() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.off || b.onWire < maxOnWire
 }
 
 // withdraw takes q out of the queue, unless a batch took it already.

@@ -363,3 +363,32 @@ func TestBatchPanicStrandsNoOne(t *testing.T) {
 		t.Errorf("%d batches still counted on the wire", b.onWire)
 	}
 }
+
+// TestBatchSendsDeadlineScriptsAlone: with ContextTimeoutEnabled, a script
+// whose ctx has a deadline goes out alone even when the batcher is full:
+// in a batch it would run under the batch's latest deadline, or none, and
+// could outlast its own.
+func TestBatchSendsDeadlineScriptsAlone(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	b := &c.batch
+	fill(b)
+	defer func() { b.onWire = 0 }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := lockName(t)
+	cmd := redis.NewCmd(ctx, "set", key, "1")
+	done := make(chan struct{})
+	go func() { defer close(done); b.process(ctx, cmd) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		b.passOn()
+		t.Fatal("a script with a deadline waited for the batches on the wire")
+	}
+	if err := cmd.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(context.Background(), key)
+}

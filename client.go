@@ -70,7 +70,11 @@ type Client struct {
 // run on a goroutine of their own, so that the call can return by its
 // deadline while go-redis goes on reading; handing each attempt over and
 // back wakes threads twice, which costs about as much as dlock's own work
-// in the client for an uncontended Lock+Unlock.
+// in the client for an uncontended Lock+Unlock. With the option, a ctx
+// with a deadline that is cancelled before it is noticed only once the
+// attempt's round trip is over: on a frozen server, at the deadline. Such
+// scripts are also sent alone rather than batched with other goroutines'
+// (batch.go).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch rdb := rdb.(type) {
 	case nil:
@@ -116,6 +120,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		reach:   newReach(rdb),
 	}
 	c.deadlines = honoursDeadlines(rdb)
+	c.batch.deadlines = c.deadlines
 	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
 	c.hub.OnReconnect = c.observeReconnect

@@ -168,25 +168,29 @@ func testDeadlinesOnFrozenServer(t *testing.T, opt *redis.Options) {
 	}
 	// First, while dlock still takes Redis for reachable (reach.go): Locks
 	// with a later deadline fill the Client's batcher (batch.go), and a
-	// Lock behind them must still return by its own deadline.
-	var slow sync.WaitGroup
-	for i := range maxOnWire + 1 {
-		slow.Go(func() {
-			sctx, cancel := context.WithTimeout(ctx, 4*deadline)
-			defer cancel()
-			_, _ = mustMutex(t, c, fmt.Sprintf("frozen:slow:%d", i)).Lock(sctx)
-		})
-	}
-	eventually(t, time.Second, func() error {
-		c.batch.mu.Lock()
-		defer c.batch.mu.Unlock()
-		if c.batch.onWire < maxOnWire {
-			return errors.New("the batcher has room")
+	// Lock behind them must still return by its own deadline. (With
+	// ContextTimeoutEnabled a script with a deadline is never batched:
+	// TestBatchSendsDeadlineScriptsAlone.)
+	if !c.batch.deadlines {
+		var slow sync.WaitGroup
+		for i := range maxOnWire + 1 {
+			slow.Go(func() {
+				sctx, cancel := context.WithTimeout(ctx, 4*deadline)
+				defer cancel()
+				_, _ = mustMutex(t, c, fmt.Sprintf("frozen:slow:%d", i)).Lock(sctx)
+			})
 		}
-		return nil
-	})
-	within("Lock behind a full batcher", func(dctx context.Context) error { _, err := fresh.Lock(dctx); return err })
-	slow.Wait()
+		eventually(t, time.Second, func() error {
+			c.batch.mu.Lock()
+			defer c.batch.mu.Unlock()
+			if c.batch.onWire < maxOnWire {
+				return errors.New("the batcher has room")
+			}
+			return nil
+		})
+		within("Lock behind a full batcher", func(dctx context.Context) error { _, err := fresh.Lock(dctx); return err })
+		slow.Wait()
+	}
 	within("Lock of a held lock", func(dctx context.Context) error { _, err := other.Lock(dctx); return err })
 	within("Lock of a free lock", func(dctx context.Context) error { _, err := fresh.Lock(dctx); return err })
 	within("TryLock", func(dctx context.Context) error { _, err := other.TryLock(dctx); return err })

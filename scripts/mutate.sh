@@ -128,6 +128,12 @@ m "batch: cluster scripts batched" client.go \
   'batcher{rdb: rdb, off: isCluster(rdb)}' \
   'batcher{rdb: rdb, off: false}' \
   . '^(TestClusterFrozenMasterHoldsUpNoOther)$'
+# With ContextTimeoutEnabled a script with a deadline is sent alone: in a
+# batch it would run under the batch's latest deadline, or none.
+m "batch: deadline scripts batched" batch.go \
+  'if b.off || b.deadlines && hasDeadline(ctx) {' \
+  'if b.off {' \
+  . '^(TestBatchSendsDeadlineScriptsAlone)$'
 # The reach gate opens through the pool's working connections when a
 # fresh dial fails (Sentinels or DNS down, a DialHook).
 m "reach: gate opens only on a fresh dial" reach.go \
