@@ -56,7 +56,7 @@ m "late-reply check disabled" acquire.go \
 # With a client that ends requests at their deadline, an attempt with a
 # deadline runs on the caller's goroutine, with the caller's ctx.
 m "attempt with a deadline handed to a goroutine" acquire.go \
-  'if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) && h.c.batch.sendsAlone() {' \
+  'if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) {' \
   'if ctx.Done() == nil {' \
   . '^(TestAttemptOnCallersContext)$'
 # The first acquisition's short path (lock_acquire_free.lua) must check
