@@ -52,16 +52,7 @@ func TestGiveBackOutlivesOutage(t *testing.T) {
 	if !exists(t, admin, name) {
 		t.Fatal("the acquire did not run: nothing to give back")
 	}
-	time.Sleep(300 * time.Millisecond) // the outage: the first give-back fails meanwhile
-	g.shut.Store(false)
-	reopened := time.Now()
-	eventually(t, 10*time.Second, func() error {
-		if exists(t, admin, name) {
-			return errors.New("the lock is still taken")
-		}
-		return nil
-	})
-	t.Logf("given back %v after Redis could be reached again", time.Since(reopened).Round(time.Millisecond))
+	endOutage(t, &g, admin, name, "given back") // the first give-back fails meanwhile
 }
 
 // TestReleaseOutlivesOutage: the last Unlock cannot reach Redis (its
@@ -88,7 +79,15 @@ func TestReleaseOutlivesOutage(t *testing.T) {
 	if !exists(t, admin, name) {
 		t.Fatal("the lock is gone already: the outage did not stop the release")
 	}
-	time.Sleep(300 * time.Millisecond) // the outage: retries fail meanwhile
+	endOutage(t, &g, admin, name, "released") // retries fail meanwhile
+}
+
+// endOutage lets an outage of 300 ms pass, opens the dial gate and waits
+// for the lock name to be freed by what dlock sends again (what: how,
+// for the log).
+func endOutage(t *testing.T, g *dialGate, admin *redis.Client, name, what string) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond) // the outage's length, not a wait for a condition
 	g.shut.Store(false)
 	reopened := time.Now()
 	eventually(t, 10*time.Second, func() error {
@@ -97,7 +96,7 @@ func TestReleaseOutlivesOutage(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("released %v after Redis could be reached again", time.Since(reopened).Round(time.Millisecond))
+	t.Logf("%s %v after Redis could be reached again", what, time.Since(reopened).Round(time.Millisecond))
 }
 
 // TestOutageSparesDialBreaker: go-redis counts the dials of a client's
