@@ -154,6 +154,14 @@ m "reach: RedLock follows its first Client's gate" lock.go \
   'return h.c.reach' \
   . '^(TestRedLockIgnoresFirstClientGate)$'
 
+# --- hand-over and same-Client waiters ---
+
+# --- synchronizers: Semaphore, PermitSemaphore, CountDownLatch ---
+
+# --- read-write and fair locks ---
+
+# --- batcher, holder records, observer, CLI ---
+
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
   mkdir -p "$1"
