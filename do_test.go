@@ -68,7 +68,7 @@ func TestDoLockLost(t *testing.T) {
 		if err := rdb.Del(t.Context(), name).Err(); err != nil {
 			t.Fatal(err)
 		}
-		<-lockCtx.Done() // the lease runs out on the local clock
+		awaitDone(t, lockCtx, 10*time.Second, "the lock context of a deleted lock") // the lease runs out on the local clock
 		return nil
 	})
 	if !errors.Is(err, ErrLockLost) || !errors.Is(err, ErrNotHeld) {
@@ -143,5 +143,10 @@ func (d doLocker) TryLock(ctx context.Context) (context.Context, error) {
 func (d doLocker) Unlock(lockCtx context.Context) error {
 	h := lockCtx.(*doHold)
 	close(h.release)
-	return <-h.done
+	select {
+	case err := <-h.done:
+		return err
+	case <-time.After(10 * time.Second):
+		return errors.New("doLocker: Do did not return within 10s of the release")
+	}
 }

@@ -231,7 +231,7 @@ func TestAttemptOnCallersContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := <-seen; !got.Equal(want) {
+	if got := recv(t, seen, 10*time.Second, "the attempt's deadline"); !got.Equal(want) {
 		t.Errorf("the attempt's ctx has deadline %v, want the caller's %v", got, want)
 	}
 	if err := m.Unlock(l); err != nil {

@@ -117,7 +117,14 @@ func TestFailover(t *testing.T) {
 		failover: func(t *testing.T, _ *redistest.Server) func() error {
 			done := make(chan error, 1)
 			go func() { done <- ss.Failover(ctx) }()
-			return func() error { return <-done }
+			return func() error {
+				select {
+				case err := <-done:
+					return err
+				case <-time.After(2 * time.Minute):
+					return errors.New("the Sentinel failover did not end within 2 minutes")
+				}
+			}
 		},
 		switched: func(master *redistest.Server) bool { return ss.Master() != master },
 	}, {

@@ -160,7 +160,7 @@ func TestRedissonLockWakeUp(t *testing.T) {
 			t.Fatalf("java lock while dlock holds: %v %d %v", ok, pttl, err)
 		}
 		got, ready := javaLockWaiter(ctx, jl, 2)
-		toJava.add(timeWakeUp(t, got, func() { <-ready }, func() {
+		toJava.add(timeWakeUp(t, got, func() { recv(t, ready, 10*time.Second, "the Java waiter's first attempt") }, func() {
 			if err := m.Unlock(l); err != nil {
 				t.Error(err)
 			}

@@ -108,8 +108,9 @@ func register[T comparable](w *Watchdog[T], es ...T) {
 }
 
 // runTick runs one tick of w in the background and returns a function that
-// ends it and waits for it.
-func runTick[T comparable](w *Watchdog[T]) (stop func()) {
+// ends it and waits for it, failing t if the tick outlives its cancellation
+// by 10 s.
+func runTick[T comparable](t *testing.T, w *Watchdog[T]) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -117,8 +118,13 @@ func runTick[T comparable](w *Watchdog[T]) (stop func()) {
 		w.tick(ctx)
 	}()
 	return func() {
+		t.Helper()
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a cancelled tick did not end within 10s")
+		}
 	}
 }
 
@@ -179,7 +185,7 @@ func TestTickSlowGroupsDoNotDelayOthers(t *testing.T) {
 			defer w.Close()
 			w.behind = map[string]bool{"fast": true} // dispatched after every slow group
 
-			stop := runTick(w)
+			stop := runTick(t, w)
 			defer stop()
 			select {
 			case <-fast:
@@ -334,7 +340,7 @@ func TestTickLimitsConcurrency(t *testing.T) {
 	for e := range 3 * parallel {
 		register(w, e)
 	}
-	stop := runTick(w)
+	stop := runTick(t, w)
 	eventually(t, "the slots filled", func() bool { return inflight.Load() == parallel })
 	close(gate)
 	stop()
