@@ -253,7 +253,7 @@ func runSemaphoreScenario(t *testing.T, scenario string, o semOptions, args []st
 	}
 	wg.Wait()
 	stopFault()
-	n := <-faults
+	n := faultCount(t, faults)
 
 	most, violations := overlaps(holds, semPermits)
 	t.Logf("%d holds, at most %d at once (N = %d), %d violations, max wait %v, %d faults, %d acquire errors, %d lost at release, %d release errors",
@@ -379,8 +379,21 @@ func TestCountDownLatchChaos(t *testing.T) {
 		}
 	}
 	stopFault()
-	n := <-faults
+	n := faultCount(t, faults)
 	t.Logf("%d rounds of 6 waiters and 12 count-downs, slowest wait %v, %d pub/sub kills", done, slowest.Round(time.Millisecond), n)
 	addRow(row{scenario: "CountDownLatch: pub/sub connections killed", acquired: done * 6, maxWait: slowest.Round(time.Millisecond).String(),
 		faults: n, notes: "awaits that returned"})
+}
+
+// faultCount receives the number of faults a stopped fault goroutine
+// injected, failing t if it has not ended 30 s after it was stopped.
+func faultCount(t *testing.T, faults <-chan int) int {
+	t.Helper()
+	select {
+	case n := <-faults:
+		return n
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fault goroutine did not end within 30s of being stopped")
+		return 0
+	}
 }
