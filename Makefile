@@ -1,11 +1,15 @@
 # dlock: make demo runs the demo against a throwaway redis-server, make test
-# vets and tests every module (dlock, bench/, dlockotel/). Both install Debian's
-# Redis packages when missing.
+# lints (gofmt, go vet, staticcheck) and tests every module (dlock, bench/,
+# dlockotel/). Both install Debian's Redis packages when missing.
 
 GO ?= go
 REDIS_PKGS := redis-server redis-sentinel redis-tools tmux
 
 .PHONY: all demo test bench soak mutate lint redis
+
+# STATICCHECK runs staticcheck at a fixed version, built from the Go module
+# proxy on first use and cached by the go command afterwards.
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 all: test
 
@@ -24,10 +28,10 @@ demo: redis
 # beside it (bench/, ...), each vetted and tested on its own.
 MODULES := $(sort $(dir $(shell find . -name go.mod -not -path '*/.*' -not -path '*/testdata/*')))
 
-test: redis
+test: redis lint
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
-		( cd $$m && $(GO) vet ./... && $(GO) test -race -timeout 20m ./... ); \
+		( cd $$m && $(GO) test -race -timeout 20m ./... ); \
 	done
 
 # bench compares dlock with the Go peers (bench/, its own module) on
@@ -57,6 +61,10 @@ soak: redis
 mutate: redis
 	GO=$(GO) scripts/mutate.sh
 
+# lint checks every module: gofmt, go vet and staticcheck.
 lint:
-	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
-	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt -l:"; gofmt -l .; exit 1; }
+	@set -e; for m in $(MODULES); do \
+		echo "== lint $$m"; \
+		( cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... ); \
+	done

@@ -267,7 +267,7 @@ func (k *contract) reentrancy(name string) {
 	l := k.mustOpen(cs, name)
 	l1 := mustLock(t, ctx, l)
 	l2 := mustLock(t, l1, l)
-	l3 := mustLock(t, context.WithValue(l2, struct{}{}, 1), l) // derived contexts re-enter too
+	l3 := mustLock(t, context.WithValue(l2, derivedKey{}, 1), l) // derived contexts re-enter too
 	if in, ok := l.(inspector); ok {
 		for _, lc := range []context.Context{l1, l2, l3} {
 			if n, err := in.HoldCount(lc); n != 3 || err != nil {
@@ -540,3 +540,6 @@ func (k *contract) close(name string) {
 	}
 	k.wipe(name + ":mine")
 }
+
+// derivedKey keys the value of a context derived from a lock context.
+type derivedKey struct{}

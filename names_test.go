@@ -11,7 +11,6 @@ var (
 	releaseLatch  = layout.UnlockLatch
 	hashTag       = layout.HashTag
 	holdKeyPrefix = layout.ReadHoldPrefix
-	writeField    = layout.WriteField
 )
 
 const (

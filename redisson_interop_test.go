@@ -324,23 +324,6 @@ for i = 1, #KEYS, 2 do
   end;
 end;
 return result;`)
-
-	// forceUnlock of the read half (message 0) and the write half (1).
-	// KEYS: lock, channel. ARGV: message, publish command.
-	javaReadForceUnlock = redis.NewScript(`
-if (redis.call('hget', KEYS[1], 'mode') == 'read') then
-  redis.call('del', KEYS[1]);
-  redis.call(ARGV[2], KEYS[2], ARGV[1]);
-  return 1;
-end;
-return 0;`)
-	javaWriteForceUnlock = redis.NewScript(`
-if (redis.call('hget', KEYS[1], 'mode') == 'write') then
-  redis.call('del', KEYS[1]);
-  redis.call(ARGV[2], KEYS[2], ARGV[1]);
-  return 1;
-end;
-return 0;`)
 )
 
 // javaKind is the Redisson lock class a javaLock plays.
@@ -540,7 +523,7 @@ func (l *javaLock) tryLock(ctx context.Context, tid int, waitTime time.Duration,
 		}
 		return false, nil
 	}
-	ok, ttl, err := l.attempt(ctx, tid, l.jvm.lease, wait)
+	ok, _, err := l.attempt(ctx, tid, l.jvm.lease, wait)
 	if ok || err != nil {
 		return ok, err
 	}
@@ -557,7 +540,8 @@ func (l *javaLock) tryLock(ctx context.Context, tid int, waitTime time.Duration,
 	}
 	msgs := ps.Channel()
 	for {
-		if ok, ttl, err = l.attempt(ctx, tid, l.jvm.lease, wait); ok || err != nil {
+		ok, ttl, err := l.attempt(ctx, tid, l.jvm.lease, wait)
+		if ok || err != nil {
 			return ok, err
 		}
 		if timed && !time.Now().Before(deadline) {

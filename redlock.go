@@ -140,9 +140,6 @@ func (k *redKind) drift(lease time.Duration) time.Duration {
 	return lease/100 + 2*time.Millisecond
 }
 
-// primary is the Client whose registry holds this lock's holds.
-func (k *redKind) primary() *Client { return k.nodes[0].c }
-
 // attempt is one Redlock round: the acquire script on every node at once,
 // the fencing round if asked, and the validity check. A failed round is
 // undone before attempt returns, and its reason names the nodes.

@@ -442,16 +442,6 @@ func release(lk locker, lockCtx context.Context) error {
 	return lk.Unlock(lockCtx)
 }
 
-// cutArgs splits args at the first sep.
-func cutArgs(args []string, sep string) (before, after []string, found bool) {
-	for i, a := range args {
-		if a == sep {
-			return args[:i], args[i+1:], true
-		}
-	}
-	return args, nil, false
-}
-
 // withoutVars returns env without the variables named in names.
 func withoutVars(env, names []string) []string {
 	out := make([]string, 0, len(env))
