@@ -468,9 +468,12 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 			granted = w.place.grant
 		}
 		var g grant
+		woken := false // by the unlock message or the timer: used up
 		select {
 		case <-wake:
+			woken = true
 		case <-w.timer.C:
+			woken = true
 		case g = <-granted:
 		case <-ctx.Done():
 		case <-w.h.c.done: // Close: a first sleep waits on Ready, which may never come
@@ -478,7 +481,10 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 		if !g.ok && !g.freed && w.place != nil {
 			g = w.handedOver(ctx)
 		}
-		if !g.freed || ctxDone(ctx) {
+		// A free told after the wake-up that came with it: waiting again
+		// would wait for a message that came already (and a timer that
+		// fired), with the lock free.
+		if !g.freed || woken || ctxDone(ctx) {
 			return g
 		}
 	}
@@ -510,7 +516,9 @@ func (w *waiter) wakeUps(ctx context.Context) (<-chan struct{}, error) {
 			return sub.Wake(), nil
 		}
 		return sub.Ready(), nil
-	case ctx.Err() != nil:
+	case ctxDone(ctx):
+		// Also when ctx's timer has yet to fire: a dial or socket
+		// deadline at ctx's deadline can fail the subscription first.
 		return nil, h.gaveUp(ctx, w.req, w.last)
 	case errors.Is(err, pubsub.ErrClosed):
 		return nil, ErrClosed // Close raced this Lock
