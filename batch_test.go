@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -391,4 +393,213 @@ func TestBatchSendsDeadlineScriptsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb.Del(context.Background(), key)
+}
+
+// scriptPipelines is a go-redis hook that records, for each pipeline that
+// carries EVALSHA of the script hash, how many such commands it carries.
+type scriptPipelines struct {
+	hash  string
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (p *scriptPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *scriptPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *scriptPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && c.Name() == "evalsha" && a[1] == p.hash {
+				n++
+			}
+		}
+		if n > 0 {
+			p.mu.Lock()
+			p.sizes = append(p.sizes, n)
+			p.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// take returns the sizes recorded so far and forgets them.
+func (p *scriptPipelines) take() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.sizes
+	p.sizes = nil
+	return s
+}
+
+// TestBatchedScriptsKeepTheirErrors: a script that waits for a batch gets
+// its own reply from the pipeline, errors included. 32 TryLocks of one
+// Client on a key of the wrong type (a string), queued while the batcher
+// is full and sent as one pipeline (the hook counts it), each return
+// Redis's WRONGTYPE error, not an empty reply read as success or garbage.
+func TestBatchedScriptsKeepTheirErrors(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t)
+	acquires := &scriptPipelines{hash: scripts.LockAcquire.Hash()}
+	rdb.AddHook(acquires)
+	// Each failed TryLock gives its attempt back in the background, which
+	// fails too and logs it.
+	c := newClient(t, rdb, WithLogger(slog.New(slog.DiscardHandler)))
+	name := lockName(t)
+	if err := rdb.Set(ctx, name, "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := mustMutex(t, c, name)
+	// Alone first: the scripts get loaded, and the error is WRONGTYPE.
+	if _, err := m.TryLock(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("TryLock alone on a string key: %v, want WRONGTYPE", err)
+	}
+	settleRecord(t, c)
+	acquires.take()
+
+	const n = 32
+	b := &c.batch
+	fill(b)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = m.TryLock(ctx)
+		}()
+	}
+	eventually(t, 10*time.Second, func() error {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.queue) != n {
+			return fmt.Errorf("%d of %d TryLocks queued", len(b.queue), n)
+		}
+		return nil
+	})
+	b.passOn() // a batch "on the wire" returns: the first queued sends all
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	recv(t, done, 10*time.Second, "the batched TryLocks returning")
+	unfill(b)
+
+	if got := acquires.take(); !slices.Equal(got, []int{n}) {
+		t.Errorf("pipelines of acquire scripts %v, want one carrying all %d", got, n)
+	}
+	wrong := 0
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			if wrong++; wrong <= 3 {
+				t.Errorf("TryLock %d in the batch: %v, want WRONGTYPE", i, err)
+			}
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d batched TryLocks lost their WRONGTYPE error", wrong, n)
+	}
+	if v, err := rdb.Get(ctx, name).Result(); v != "not a lock" || err != nil {
+		t.Errorf("the string key is %q, %v; want it untouched", v, err)
+	}
+}
+
+// onWire is a go-redis hook that tracks how many of the Client's lock
+// scripts (the commands whose last argument is a *sendCounter: those that
+// go through the batcher) are on the wire at once, counting a pipeline of
+// them as one, and the most it saw.
+type onWire struct {
+	mu        sync.Mutex
+	now, most int
+	pipelines int // pipelines that carried more than one script
+}
+
+// scripts counts the batcher's scripts among cmds.
+func (*onWire) scripts(cmds ...redis.Cmder) int {
+	n := 0
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 0 {
+			if _, ok := a[len(a)-1].(*sendCounter); ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// track counts one batch on the wire while next runs.
+func (w *onWire) track(batched bool, next func() error) error {
+	w.mu.Lock()
+	w.now++
+	w.most = max(w.most, w.now)
+	if batched {
+		w.pipelines++
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.now--
+		w.mu.Unlock()
+	}()
+	return next()
+}
+
+func (w *onWire) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (w *onWire) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if w.scripts(cmd) == 0 {
+			return next(ctx, cmd)
+		}
+		return w.track(false, func() error { return next(ctx, cmd) })
+	}
+}
+func (w *onWire) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := w.scripts(cmds...)
+		if n == 0 {
+			return next(ctx, cmds)
+		}
+		return w.track(n > 1, func() error { return next(ctx, cmds) })
+	}
+}
+
+// TestBatchAtMostTwoOnWire: however many goroutines of one Client lock and
+// unlock at once, at most maxOnWire (2) batches or lone scripts of it are
+// on the wire at a time; the others wait and go out together.
+func TestBatchAtMostTwoOnWire(t *testing.T) {
+	ctx := context.Background()
+	rdb := newRedis(t)
+	w := new(onWire)
+	rdb.AddHook(w)
+	c := newClient(t, rdb)
+	name := lockName(t)
+	const goroutines, rounds = 16, 30
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		go func() {
+			m, err := c.NewMutex(fmt.Sprintf("%s-%d", name, g))
+			for range rounds {
+				var lctx context.Context
+				if err == nil {
+					lctx, err = m.Lock(ctx)
+				}
+				if err == nil {
+					err = m.Unlock(lctx)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range goroutines {
+		if err := recv(t, errs, 30*time.Second, "a goroutine's Lock/Unlock rounds"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.most > maxOnWire {
+		t.Errorf("%d batches or lone scripts on the wire at once, want at most %d", w.most, maxOnWire)
+	}
+	// 16 goroutines with 2 places on the wire: the others queue.
+	if w.pipelines == 0 {
+		t.Errorf("no batch of several scripts in %d Lock/Unlock rounds of %d goroutines", goroutines*rounds, goroutines)
+	}
+	t.Logf("at most %d on the wire; %d batches of several scripts", w.most, w.pipelines)
 }

@@ -28,13 +28,13 @@ func wantCount(t testing.TB, l *CountDownLatch, want int) {
 }
 
 func TestCountDownLatchOperations(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
 	l := mustLatch(t, newClient(t, nil), name)
 	ps := newRedis(t).Subscribe(ctx, l.channel)
 	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		t.Fatal(err)
+	if _, err := ps.Receive(boundedCtx(t, 10*time.Second)); err != nil {
+		t.Fatalf("subscribing to the latch's channel: %v", err)
 	}
 	wantCount(t, l, 0)
 	if err := l.Await(ctx); err != nil { // open: returns at once
@@ -67,22 +67,27 @@ func TestCountDownLatchOperations(t *testing.T) {
 	}
 	wantCount(t, l, 0)
 	// Redisson's messages: 1 (new count) at each set and at delete, 0 when
-	// the count reaches 0.
+	// the count reaches 0. The test's own "end", published last, comes
+	// after them all.
+	if err := newRedis(t).Publish(ctx, l.channel, "end").Err(); err != nil {
+		t.Fatal(err)
+	}
 	var msgs []string
-	for range 4 {
-		m, err := ps.ReceiveMessage(ctx)
+	rctx := boundedCtx(t, 10*time.Second)
+	for len(msgs) == 0 || msgs[len(msgs)-1] != "end" {
+		m, err := ps.ReceiveMessage(rctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("messages on the latch's channel: %v after %v", err, msgs)
 		}
 		msgs = append(msgs, m.Payload)
 	}
-	if want := []string{"1", "0", "1", "1"}; !slices.Equal(msgs, want) {
+	if want := []string{"1", "0", "1", "1", "end"}; !slices.Equal(msgs, want) {
 		t.Fatalf("messages %v, want %v", msgs, want)
 	}
 }
 
 func TestCountDownLatchBadInput(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	c := newClient(t, nil)
 	l := mustLatch(t, c, lockName(t))
 	for _, n := range []int{0, -3} {
@@ -118,7 +123,7 @@ func TestCountDownLatchAwait(t *testing.T) {
 }
 
 func testLatchAwait(t *testing.T, newRDB func(t testing.TB) redis.UniversalClient, name string) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	c1, c2 := newClient(t, newRDB(t)), newClient(t, newRDB(t))
 	l1, l2 := mustLatch(t, c1, name), mustLatch(t, c2, name)
 	if ok, err := l1.TrySetCount(ctx, 2); !ok || err != nil {
@@ -194,7 +199,7 @@ func TestCountDownLatchRedissonInterop(t *testing.T) {
 }
 
 func testLatchInterop(t *testing.T, rdb redis.UniversalClient, c *Client, name string) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	java := newJavaSync(rdb, name)
 	l := mustLatch(t, c, name)
 

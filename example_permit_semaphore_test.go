@@ -14,7 +14,8 @@ import (
 // its permit back when its lease runs out (the watchdog renews it while
 // the worker lives).
 func ExamplePermitSemaphore() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
 	locks, err := dlock.New(rdb)
@@ -51,7 +52,8 @@ func ExamplePermitSemaphore() {
 // With a fixed lease a permit is not renewed: its context ends when the
 // lease runs out, and the permit goes back to the pool.
 func ExampleWithPermitLease() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
 	locks, _ := dlock.New(rdb)
@@ -60,8 +62,14 @@ func ExampleWithPermitLease() {
 	defer slots.Delete(ctx)
 	_, _ = slots.TrySetPermits(ctx, 1)
 
-	permitCtx, _ := slots.Acquire(ctx)
-	<-permitCtx.Done()
+	permitCtx, err := slots.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	select {
+	case <-permitCtx.Done(): // the lease ran out
+	case <-ctx.Done():
+	}
 	fmt.Println("lost:", errors.Is(context.Cause(permitCtx), dlock.ErrLockLost))
 	n, _ := slots.AvailablePermits(ctx) // reclaims the expired permit
 	fmt.Println("available:", n)

@@ -94,7 +94,7 @@ func TestRedissonFairContention(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, 3*time.Minute, "the contending Java threads and dlock goroutines")
 	s.check(t, 8*rounds)
 	t.Logf("%d waits given up and tried again", gaveUp.Load())
 	rdb := newRedis(t)
@@ -126,7 +126,7 @@ func TestRedissonFairWakeUp(t *testing.T) {
 
 		l := mustLock(t, ctx, m)
 		jgot, ready := javaLockWaiter(ctx, jl, 2)
-		toJava.add(timeWakeUp(t, jgot, func() { <-ready }, func() {
+		toJava.add(timeWakeUp(t, jgot, func() { recv(t, ready, 10*time.Second, "the Java waiter's subscription") }, func() {
 			if err := m.Unlock(l); err != nil {
 				t.Error(err)
 			}
@@ -176,7 +176,7 @@ func TestFairJavaWaiterKeepsPlace(t *testing.T) {
 		mu.Unlock()
 	}
 	jgot, ready := javaLockWaiter(ctx, jl, 1)
-	<-ready
+	recv(t, ready, 10*time.Second, "the Java waiter's subscription")
 	gc := newClient(t, nil)
 	m := mustFair(t, gc, name)
 	got := goWaiter(ctx, m)
@@ -272,7 +272,7 @@ func TestFairJavaHeadMissedMessage(t *testing.T) {
 	held := mustLock(t, ctx, holder)
 	jl := newJVM(t, 30*time.Second).lock(javaFairLock, name)
 	jgot, ready := javaLockWaiter(ctx, jl, 1)
-	<-ready
+	recv(t, ready, 10*time.Second, "the Java waiter's subscription")
 	m := mustFair(t, newClient(t, nil), name)
 	got := goWaiter(ctx, m)
 	waitForQueue(t, gc.rdb, name, 2)

@@ -91,7 +91,9 @@ func fairNotices(t *testing.T, name string) func() []string {
 	rdb := newRedis(t)
 	watch := rdb.PSubscribe(ctx, prefix+"*")
 	t.Cleanup(func() { _ = watch.Close() })
-	if _, err := watch.Receive(ctx); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := watch.Receive(sctx); err != nil { // the PSUBSCRIBE's confirmation
 		t.Fatal(err)
 	}
 	return func() []string {
@@ -179,7 +181,7 @@ func TestFairGrantOrder(t *testing.T) {
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, time.Minute, "the waiters")
 	if want := []int{0, 1, 2, 3, 4, 5}; !slices.Equal(order, want) {
 		t.Errorf("grant order %v, want %v", order, want)
 	}
@@ -395,24 +397,107 @@ func TestFairCancelledWaiterLeaves(t *testing.T) {
 	}
 }
 
+// sleepReports returns an Option that reports each sleep of a waiting
+// Lock of a Client (the Observer's Wait hook) on the channel it also
+// returns (buffered; a report that finds the buffer full is dropped).
+func sleepReports() (Option, <-chan WaitInfo) {
+	ch := make(chan WaitInfo, 16)
+	return WithObserver(Observer{Wait: func(_ context.Context, _ LockInfo, w WaitInfo) {
+		select {
+		case ch <- w:
+		default:
+		}
+	}}), ch
+}
+
+// awaitLongSleep waits for a Lock's sleep after its subscription (the
+// first sleep only awaits the subscription's confirmation; the attempt
+// after it sets the sleep that only its timer or a wake-up ends) and
+// returns that sleep's bound: how long the waiter would sleep unless
+// woken. It fails the test if that is under least, too short for a test
+// that must tell a wake-up from the timer.
+func awaitLongSleep(t testing.TB, sleeps <-chan WaitInfo, least time.Duration) time.Duration {
+	t.Helper()
+	for {
+		w := recv(t, sleeps, 5*time.Second, "the waiter's sleep after subscribing")
+		if w.Round < 2 {
+			continue
+		}
+		if w.HolderTTL < least {
+			t.Fatalf("the waiter sleeps only %v: the test needs a fallback of at least %v", w.HolderTTL, least)
+		}
+		return w.HolderTTL
+	}
+}
+
+// TestFairUnlockWakesHead: an unlock wakes the head waiter (a Lock of
+// another Client) on its own channel at once. The holder's lease is 1 min
+// and the head sleeps until it runs out (its fallback) unless told: it
+// must get the lock well within that.
+func TestFairUnlockWakesHead(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	const lease = time.Minute
+	holder := mustFair(t, newClient(t, nil), name, WithLease(lease))
+	held := mustLock(t, ctx, holder)
+	obs, sleeps := sleepReports()
+	wc := newClient(t, nil, obs)
+	w := mustFair(t, wc, name)
+	lctx, cancel := context.WithTimeout(ctx, 2*lease)
+	defer cancel()
+	owner, got := fairWaiter(t, lctx, w, 1)
+	fallback := awaitLongSleep(t, sleeps, lease/2)
+	waitForSubscriber(t, wc, w.kind.channel(owner))
+	start := time.Now()
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, fallback/10, "the head waiter after the unlock (its fallback: "+fallback.String()+")")
+	t.Logf("head waiter acquired %v after the unlock (fallback %v)", time.Since(start), fallback)
+	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFairAbandonWakesNextHead: when the head of a free lock's queue gives
 // up, the next waiter is woken at once rather than when its timer runs out.
+// The queue is [head:1 mid:2 W] while a 1 min lease holds the lock: W, a
+// real Lock of another Client, is not right behind the head, so it sleeps
+// until the lease runs out (its fallback, ~1 min; the waiter right behind
+// the head would check every second). mid:2 leaves (W moves up, no
+// wake-up), the holder unlocks (waking head:1, which never comes) and
+// head:1 leaves: that abandon must wake W, well within its fallback.
 func TestFairAbandonWakesNextHead(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	noChannelsLeft(t, name)
+	const lease = time.Minute
 	c := newClient(t, nil)
-	holder := mustFair(t, c, name)
+	holder := mustFair(t, c, name, WithLease(lease))
 	held := mustLock(t, ctx, holder)
 	k := holder.kind.(*fairKind)
 	head := request{owner: "head:1", lease: time.Second, wait: true}
-	if _, err := k.attempt(ctx, head); err != nil {
+	mid := request{owner: "mid:2", lease: time.Second, wait: true}
+	for _, r := range []request{head, mid} {
+		if res, err := k.attempt(ctx, r); err != nil || res.acquired {
+			t.Fatalf("queueing %s: %+v, %v", r.owner, res, err)
+		}
+	}
+	obs, sleeps := sleepReports()
+	wc := newClient(t, nil, obs)
+	next := mustFair(t, wc, name)
+	lctx, cancel := context.WithTimeout(ctx, 2*lease)
+	defer cancel()
+	owner, got := fairWaiter(t, lctx, next, 3)
+	fallback := awaitLongSleep(t, sleeps, lease/2)
+	waitForSubscriber(t, wc, k.channel(owner))
+	if err := k.abandon(ctx, mid); err != nil {
 		t.Fatal(err)
 	}
-	next := mustFair(t, newClient(t, nil), name)
-	_, got := fairWaiter(t, ctx, next, 2)
-	// The unlock wakes "head:1", which does not come; the next waiter would
-	// sleep until the lease or the head's deadline.
+	if q := fairQueue(t, c.rdb, name); !slices.Equal(q, []string{head.owner, owner}) {
+		t.Fatalf("queue %v, want [%s %s]", q, head.owner, owner)
+	}
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
@@ -420,17 +505,11 @@ func TestFairAbandonWakesNextHead(t *testing.T) {
 	if err := k.abandon(ctx, head); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-got:
-		t.Logf("next waiter acquired %v after the head left", time.Since(left))
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if err := next.Unlock(r.lctx); err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("next waiter not woken when the head left the queue")
+	limit := fallback / 10
+	l := await(t, got, limit, "the next waiter after the head left the free lock (its fallback: "+fallback.String()+")")
+	t.Logf("next waiter acquired %v after the head left (fallback %v)", time.Since(left), fallback)
+	if err := next.Unlock(l); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -127,7 +127,7 @@ func TestObserverLockWaitReentryUnlock(t *testing.T) {
 	if err := m.Unlock(a); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
+	if err := recv(t, got, 10*time.Second, "the waiting Lock and its Unlock"); err != nil {
 		t.Fatal(err)
 	}
 	rec.await(t, "the second owner's unlock", func() bool { return len(rec.unlocks) == 3 })
@@ -219,7 +219,7 @@ func TestObserverLostAndRenewal(t *testing.T) {
 	// A fixed lease that runs out: expired.
 	fixed := mustMutex(t, c, name+":fixed", WithLease(50*time.Millisecond))
 	fctx := mustLock(t, ctx, fixed)
-	<-fctx.Done()
+	awaitDone(t, fctx, 10*time.Second, "the lock context of a 50ms lease")
 	// A watchdog-renewed lock deleted behind its holder's back: rejected
 	// at the next renewal.
 	m := mustMutex(t, c, name)
@@ -228,7 +228,7 @@ func TestObserverLostAndRenewal(t *testing.T) {
 	if _, err := newRedis(t).Del(ctx, name).Result(); err != nil {
 		t.Fatal(err)
 	}
-	<-lctx.Done()
+	awaitDone(t, lctx, 10*time.Second, "the lock context of a deleted lock (watchdog 300ms)")
 	rec.await(t, "two lost locks", func() bool { return len(rec.lost) == 2 })
 
 	rec.mu.Lock()
@@ -276,12 +276,12 @@ func TestObserverClosedAndReconnect(t *testing.T) {
 	}
 	rec.await(t, "a reconnect", func() bool { return len(rec.recons) > 0 })
 	cancel()
-	<-done
+	recv(t, done, 10*time.Second, "the cancelled waiter's return")
 
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	<-held.Done()
+	awaitDone(t, held, 10*time.Second, "the lock context of a hold ended by Close")
 	rec.await(t, "the hold lost to Close", func() bool { return len(rec.lost) == 1 })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

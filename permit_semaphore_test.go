@@ -54,7 +54,7 @@ func wantEnded(t testing.TB, pctx context.Context, cause error) {
 }
 
 func TestPermitSemaphoreOperations(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
 	rdb := newRedis(t)
 	s := mustPermitSemaphore(t, newClient(t, nil), name)
@@ -141,7 +141,7 @@ func TestPermitSemaphoreOperations(t *testing.T) {
 }
 
 func TestPermitSemaphoreBadInput(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	c := newClient(t, nil)
 	name := lockName(t)
 	s := mustPermitSemaphore(t, c, name)
@@ -199,10 +199,16 @@ func TestPermitSemaphoreBadInput(t *testing.T) {
 
 // TestPermitSemaphoreFixedLease: a permit with a fixed lease ends when it
 // runs out, another holder gets it back, and the late Release says so.
+//
+// The waiter wakes at the permit's expiry, which the acquire script tells
+// it, not at a message (an expiry publishes nothing) nor at its poll: a
+// poll comes more than syncPoll after its try once subscribed, which is
+// after start; the expiry comes lease after start at most.
 func TestPermitSemaphoreFixedLease(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
-	short := mustPermitSemaphore(t, newClient(t, nil), name, WithPermitLease(100*time.Millisecond))
+	const lease = 200 * time.Millisecond
+	short := mustPermitSemaphore(t, newClient(t, nil), name, WithPermitLease(lease))
 	s := mustPermitSemaphore(t, newClient(t, nil), name)
 	if _, err := s.TrySetPermits(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -212,13 +218,15 @@ func TestPermitSemaphoreFixedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	// The waiter wakes at the permit's expiry (the script tells it when),
-	// not at a message: expiry publishes nothing.
 	got, err := s.Acquire(ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("waiter for a permit with a %v lease: %v", lease, err)
 	}
-	t.Logf("waiter took the expired permit %v after it was taken with a 100ms lease", time.Since(start))
+	d := time.Since(start)
+	t.Logf("waiter took the expired permit %v after it was taken with a %v lease", d, lease)
+	if d >= wakeBound {
+		t.Errorf("waiter took the permit %v after it was taken with a %v lease: woken by its %v poll, not at the expiry the script told it", d, lease, syncPoll)
+	}
 	wantEnded(t, p, ErrLockLost)
 	if err := short.Release(p); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Release of a reclaimed permit: %v", err)
@@ -233,7 +241,7 @@ func TestPermitSemaphoreFixedLease(t *testing.T) {
 // lease while its Client runs (renewed), and comes back to the pool one
 // lease after its Client dies; Close cancels it with ErrClosed.
 func TestPermitSemaphoreWatchdog(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
 	const lease = 600 * time.Millisecond
 	holder := newClient(t, nil, WithWatchdogTimeout(lease))
@@ -264,7 +272,7 @@ func TestPermitSemaphoreWatchdog(t *testing.T) {
 	defer cancel()
 	got, err := s.Acquire(wctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("a dead holder's permit did not come back (lease %v): %v", lease, err)
 	}
 	d := time.Since(closed)
 	t.Logf("a dead holder's permit came back %v after its Client closed (lease %v)", d, lease)
@@ -419,7 +427,7 @@ func TestPermitSemaphoreRedissonInterop(t *testing.T) {
 }
 
 func testPermitInterop(t *testing.T, rdb redis.UniversalClient, c *Client, name string) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	java := newJavaSync(rdb, name)
 	s := mustPermitSemaphore(t, c, name)
 	if ok, err := s.TrySetPermits(ctx, 1); !ok || err != nil {
@@ -514,7 +522,7 @@ func testPermitInterop(t *testing.T, rdb redis.UniversalClient, c *Client, name 
 // TestPermitSemaphoreClose: Close ends a waiting Acquire with ErrClosed
 // and cancels held permit contexts with cause ErrClosed; the renewer stops.
 func TestPermitSemaphoreClose(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
 	c := newClient(t, nil)
 	s := mustPermitSemaphore(t, c, name)
@@ -616,7 +624,7 @@ func TestPermitSemaphoreFailover(t *testing.T) {
 			if _, err := hs.TrySetPermits(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
-			p, err := hs.Acquire(ctx)
+			p, err := hs.Acquire(boundedCtx(t, time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -102,7 +102,7 @@ func TestRedissonRWContention(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, 3*time.Minute, "the contending Java threads and dlock goroutines")
 	s.check(t, 4*rounds)
 	if n := s.reads.Load(); n != 4*rounds {
 		t.Errorf("%d reads, want %d", n, 4*rounds)
@@ -145,7 +145,7 @@ func TestRedissonRWWakeUp(t *testing.T) {
 
 		l := mustLock(t, ctx, rw.WriteLock())
 		got, ready := javaLockWaiter(ctx, jr, 3)
-		toJava.add(timeWakeUp(t, got, func() { <-ready }, func() {
+		toJava.add(timeWakeUp(t, got, func() { recv(t, ready, 10*time.Second, "the Java reader's subscription") }, func() {
 			if err := rw.WriteLock().Unlock(l); err != nil {
 				t.Error(err)
 			}
@@ -204,7 +204,9 @@ func TestRWForceUnlockMessages(t *testing.T) {
 	rdb := newRedis(t)
 	ps := rdb.Subscribe(ctx, prefixName(rwChannelPrefix, name))
 	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := ps.Receive(sctx); err != nil { // the SUBSCRIBE's confirmation
 		t.Fatal(err)
 	}
 	rw := mustRW(t, newClient(t, nil), name)

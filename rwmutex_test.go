@@ -106,7 +106,7 @@ func TestRWReadersShareWritersExclude(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, 2*time.Minute, "the readers and writers")
 	t.Logf("at most %d readers held the lock at once; %d writes", maxReaders.Load(), writes.Load())
 	if violations.Load() != 0 {
 		t.Errorf("%d times a writer held the lock together with another holder", violations.Load())
@@ -401,6 +401,67 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 	}
 	if n := c.watchdog.Len(); n != 0 {
 		t.Errorf("watchdog still renews %d locks", n)
+	}
+}
+
+// renewals returns an Option that reports each renewal call of a Client's
+// watchdog that renewed at least one hold without error on the channel it
+// also returns (buffered; a report that finds the buffer full is dropped).
+func renewals() (Option, <-chan RenewalInfo) {
+	ch := make(chan RenewalInfo, 64)
+	return WithObserver(Observer{Renewal: func(r RenewalInfo) {
+		if r.Err != nil || r.Locks == 0 {
+			return
+		}
+		select {
+		case ch <- r:
+		default:
+		}
+	}}), ch
+}
+
+// TestRWReadRenewKeepsLongerReaderHold: the watchdog's renewal of a short
+// read hold never shortens the lock hash below another reader's longer
+// hold. Reader A (its own Client) holds with a fixed 10 min lease; reader
+// B's watchdog renews B's hold to 300 ms every 100 ms. After B's renewals
+// the hash must still live about 10 min: a renewal that set it to B's
+// 300 ms would let a writer in (the hash gone) while A still holds.
+func TestRWReadRenewKeepsLongerReaderHold(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	const long = 10 * time.Minute
+	ca := newClient(t, nil)
+	a := mustRW(t, ca, name, WithLease(long))
+	al := mustLock(t, ctx, a.ReadLock())
+	obs, renewed := renewals()
+	cb := newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond), obs)
+	b := mustRW(t, cb, name)
+	bl := mustLock(t, ctx, b.ReadLock())
+	// Two renewals of B's hold after its Lock: each ran the renewal
+	// script with B's 300 ms.
+	for i := range 2 {
+		recv(t, renewed, 5*time.Second, fmt.Sprintf("renewal %d of the short read hold", i+1))
+	}
+	// A's hold has long-1 min left at the very least (the test takes
+	// seconds); B's renewal is 300 ms.
+	if d := pttl(t, ca.rdb, name); d < long-time.Minute {
+		t.Errorf("lock PTTL %v after the short reader's renewal, want >= %v: the renewal shortened it below the other reader's hold", d, long-time.Minute)
+	}
+	if bl.Err() != nil || al.Err() != nil {
+		t.Fatalf("a read lock context ended: %v / %v", context.Cause(al), context.Cause(bl))
+	}
+	if _, err := b.WriteLock().TryLock(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("write TryLock while two readers hold: %v, want ErrNotObtained", err)
+	}
+	if err := b.ReadLock().Unlock(bl); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(t, ca.rdb, name); d < long-time.Minute {
+		t.Errorf("lock PTTL %v after the short reader left, want >= %v", d, long-time.Minute)
+	}
+	if err := a.ReadLock().Unlock(al); err != nil {
+		t.Fatal(err)
 	}
 }
 

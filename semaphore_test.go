@@ -32,7 +32,7 @@ func wantPermits(t testing.TB, s *Semaphore, want int) {
 }
 
 func TestSemaphoreOperations(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
 	s := mustSemaphore(t, newClient(t, nil), name)
 
@@ -84,7 +84,7 @@ func TestSemaphoreOperations(t *testing.T) {
 }
 
 func TestSemaphoreBadInput(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	c := newClient(t, nil)
 	s := mustSemaphore(t, c, lockName(t))
 	for _, n := range []int{0, -1} {
@@ -123,10 +123,15 @@ func TestSemaphoreBadInput(t *testing.T) {
 // TestSemaphoreWaitAndClose: a waiting Acquire is woken by a Release from
 // another Client, ends with ctx, and returns ErrClosed when its Client is
 // closed; a closed Client refuses every call.
+//
+// The wake-up is timed from the waiter's last try before the releases (a
+// hook on its Redis client sees it): a poll would wake it more than
+// syncPoll after that try, the releases' messages well within wakeBound.
 func TestSemaphoreWaitAndClose(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
-	c1, c2 := newClient(t, nil), newClient(t, nil)
+	rdb, probe := probeScripts(t, name)
+	c1, c2 := newClient(t, rdb), newClient(t, nil)
 	s1, s2 := mustSemaphore(t, c1, name), mustSemaphore(t, c2, name)
 
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -136,39 +141,30 @@ func TestSemaphoreWaitAndClose(t *testing.T) {
 		t.Fatalf("Acquire on an empty semaphore with a deadline: %v", err)
 	}
 
-	got := make(chan error, 1)
-	go func() { got <- s1.Acquire(ctx, 2) }()
-	waitForSyncWaiters(t, c1, s1.channel, 1)
-	if err := s2.Release(ctx, 1); err != nil { // one is not enough
-		t.Fatal(err)
-	}
-	released := time.Now()
-	if err := s2.Release(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
+	var released time.Time
+	d := timeWake(t, probe, "waiter for 2 permits", func() error { return s1.Acquire(ctx, 2) }, func() {
+		if err := s2.Release(ctx, 1); err != nil { // one is not enough
 			t.Fatal(err)
 		}
-		t.Logf("waiter for 2 permits acquired %v after the second release", time.Since(released))
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not woken by the release")
+		released = time.Now()
+		if err := s2.Release(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("waiter for 2 permits acquired %v after its last try, %v after the second release", d, time.Since(released))
+	if d >= wakeBound {
+		t.Errorf("waiter for 2 permits acquired %v after its last try (two releases on another Client meanwhile): woken by its %v poll, not by the releases' messages", d, syncPoll)
 	}
 	wantPermits(t, s1, 0)
 
+	got := make(chan error, 1)
 	go func() { got <- s1.Acquire(ctx, 1) }()
 	waitForSyncWaiters(t, c1, s1.channel, 1)
 	if err := c1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("Acquire waiting when its Client closed: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter not ended by Close")
+	if err := recv(t, got, 10*time.Second, "Acquire waiting when its Client closed"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Acquire waiting when its Client closed: %v", err)
 	}
 	if err := s1.Release(ctx, 1); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Release on a closed Client: %v", err)
@@ -182,7 +178,7 @@ func TestSemaphoreWaitAndClose(t *testing.T) {
 // TestSemaphoreLostMessage: permits that appear without a message (here a
 // plain SET, as after a lost message) are found by the bounded poll.
 func TestSemaphoreLostMessage(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
 	c := newClient(t, nil)
 	s := mustSemaphore(t, c, name)
@@ -193,15 +189,10 @@ func TestSemaphoreLostMessage(t *testing.T) {
 	if err := newRedis(t).Set(ctx, name, 1, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("acquired %v after a silent SET (poll bound %v)", time.Since(set), syncPoll)
-	case <-time.After(syncPoll + 5*time.Second):
-		t.Fatal("a waiter missed permits that came without a message")
+	if err := recv(t, got, syncPoll+5*time.Second, "a waiter for permits that came without a message"); err != nil {
+		t.Fatal(err)
 	}
+	t.Logf("acquired %v after a silent SET (poll bound %v)", time.Since(set), syncPoll)
 }
 
 // TestSemaphoreNeverMoreThanN: workers on three Clients take 1 or 2 permits
@@ -286,7 +277,7 @@ func TestSemaphoreRedissonInterop(t *testing.T) {
 }
 
 func testSemaphoreInterop(t *testing.T, rdb redis.UniversalClient, c *Client, name string) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	java := newJavaSync(rdb, name)
 	s := mustSemaphore(t, c, name)
 	if ok, err := java.semTrySet(ctx, 1); !ok || err != nil {

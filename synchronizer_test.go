@@ -221,7 +221,9 @@ type javaWaiter struct {
 // returns, so that what the test does next is heard.
 func startJavaWaiter(t *testing.T, j javaSync, channel string, try func(ctx context.Context) (bool, error)) *javaWaiter {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	// A bound on the subscription and on the wait for messages: a waiter
+	// never woken gives up, and wokeWithin reports it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	var ps *redis.PubSub
 	if cc, ok := j.rdb.(*redis.ClusterClient); ok {
 		ps = cc.SSubscribe(ctx, channel)
@@ -229,7 +231,9 @@ func startJavaWaiter(t *testing.T, j javaSync, channel string, try func(ctx cont
 		ps = j.rdb.Subscribe(ctx, channel)
 	}
 	if _, err := ps.Receive(ctx); err != nil { // the confirmation
-		t.Fatal(err)
+		cancel()
+		_ = ps.Close()
+		t.Fatalf("Java waiter's subscription to %s: %v", channel, err)
 	}
 	w := &javaWaiter{done: make(chan time.Time, 1)}
 	var wg sync.WaitGroup
@@ -355,7 +359,7 @@ var syncACL = []any{
 // TestSynchronizersMinimalACL runs every synchronizer, waiting included,
 // as a user with only syncACL.
 func TestSynchronizersMinimalACL(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	admin := newRedis(t)
 	user := "dlock-acl-sync"
 	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, syncACL...)...).Err(); err != nil {
@@ -448,7 +452,7 @@ func TestSynchronizersMinimalACL(t *testing.T) {
 // subscription; its waiters fall back to the poll and still get their
 // permit.
 func TestSynchronizersRefusedSubscription(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	admin := newRedis(t)
 	user := "dlock-acl-nosub"
 	acl := slices.DeleteFunc(slices.Clone(syncACL), func(a any) bool { return a == "+subscribe" || a == "+unsubscribe" })

@@ -124,6 +124,20 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// recv receives from ch, failing the test with what if nothing comes
+// within timeout.
+func recv[T any](t *testing.T, ch <-chan T, timeout time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		t.Fatalf("%s: nothing within %v", what, timeout)
+		var zero T
+		return zero
+	}
+}
+
 var (
 	mutex    = dlockotel.AttrKind.String(dlock.KindMutex)
 	acquired = dlockotel.AttrOutcome.String(string(dlock.OutcomeAcquired))
@@ -170,7 +184,7 @@ func TestMetrics(t *testing.T) {
 	if err := m.Unlock(a); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-got; err != nil {
+	if err := recv(t, got, 10*time.Second, "the waiting Lock and its Unlock"); err != nil {
 		t.Fatal(err)
 	}
 	// A fixed lease that runs out is lost.
@@ -182,7 +196,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-lctx.Done()
+	recv(t, lctx.Done(), 10*time.Second, "the lock context of a 30ms lease")
 
 	rm := s.collect(t)
 	checks := []struct {
@@ -396,7 +410,7 @@ func TestLostAtUnlockAndReconnect(t *testing.T) {
 	}
 	eventually(t, "a reconnect", func() bool { return sum(s.collect(t), dlockotel.MetricReconnects) >= 1 })
 	cancel()
-	<-done
+	recv(t, done, 10*time.Second, "the cancelled waiter's return")
 
 	if err := s.rdb.Del(ctx, name).Err(); err != nil {
 		t.Fatal(err)
@@ -416,5 +430,40 @@ func TestLostAtUnlockAndReconnect(t *testing.T) {
 	}
 	if n := sum(rm, dlockotel.MetricFailures, mutex, dlockotel.AttrOutcome.String("canceled")); n != 1 {
 		t.Errorf("cancelled waits: %d, want 1", n)
+	}
+}
+
+// TestRenewalFindsLost: a watchdog-renewed lock deleted behind its
+// holder's back is counted, at the renewal that finds it gone, as a
+// renewed hold with outcome lost and as a hold lost with cause rejected;
+// the holds gauge goes back to 0.
+func TestRenewalFindsLost(t *testing.T) {
+	ctx := context.Background()
+	s := newSetup(t, nil, dlock.WithWatchdogTimeout(300*time.Millisecond))
+	name := "otel:" + t.Name()
+	m, err := s.client.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a renewal", func() bool {
+		return sum(s.collect(t), dlockotel.MetricRenewedLocks, dlockotel.AttrOutcome.String(dlockotel.OutcomeOK)) >= 1
+	})
+	if err := s.rdb.Del(ctx, name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, lctx.Done(), 10*time.Second, "the lock context of the deleted lock (watchdog 300ms)")
+	rm := s.collect(t)
+	if n := sum(rm, dlockotel.MetricRenewedLocks, dlockotel.AttrOutcome.String(dlockotel.OutcomeLost)); n != 1 {
+		t.Errorf("renewed holds with outcome lost: %d, want 1", n)
+	}
+	if n := sum(rm, dlockotel.MetricLost, mutex, dlockotel.AttrCause.String(string(dlock.LostRejected))); n != 1 {
+		t.Errorf("holds lost, cause rejected: %d, want 1", n)
+	}
+	if n := sum(rm, dlockotel.MetricHolds); n != 0 {
+		t.Errorf("holds after the loss: %d, want 0", n)
 	}
 }

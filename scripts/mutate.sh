@@ -13,6 +13,9 @@
 # match exactly once. The copies live under $MUTATE_DIR (default: a fresh
 # temporary directory) and are removed at the end.
 set -uo pipefail
+# The braces make bash read the whole script before it runs any of it, so
+# that an edit of this file during a run cannot change the run.
+{
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${MUTATE_DIR:-$(mktemp -d /tmp/dlock-mutate.XXXXXX)}
@@ -116,7 +119,7 @@ m "failed give-back not retried" acquire.go \
 m "hand-over not bounded" handoff.go \
   'case q.handoffs < handoffBound:' \
   'case true:' \
-  . '^(TestHandoffBoundLetsOthersIn)$'
+  . '^(TestHandoffBoundLetsOthersIn|TestHandoffBoundExact)$'
 # A batched script goes out with a pipeline that go-redis writes again
 # after a lost reply; a queued caller whose ctx ends leaves the queue.
 m "batch: queued caller ignores its ctx" batch.go \
@@ -155,12 +158,299 @@ m "reach: RedLock follows its first Client's gate" lock.go \
   . '^(TestRedLockIgnoresFirstClientGate)$'
 
 # --- hand-over and same-Client waiters ---
+# A waiting Lock whose ctx ended leaves its Client's queue: else the next
+# Unlock hands the lock to its owner, held unseen for the whole lease.
+m "hand-over: waiter whose ctx ended stays queued" acquire.go \
+  'if !g.ok && !g.freed && w.place != nil {' \
+  'if !g.ok && !g.freed && w.place != nil && ctx.Err() == nil {' \
+  . '^(TestCancelledWaiterLeavesQueue)$'
+# Exactly handoffBound hand-overs in a row while another process waits,
+# then a free: neither one more nor one fewer.
+m "hand-over: bound off by one (<=)" handoff.go \
+  'case q.handoffs < handoffBound:' \
+  'case q.handoffs <= handoffBound:' \
+  . '^(TestHandoffBoundExact|TestHandOverMinimalACL)$'
+m "hand-over: bound one short" handoff.go \
+  'case q.handoffs < handoffBound:' \
+  'case q.handoffs < handoffBound-1:' \
+  . '^(TestHandoffBoundExact|TestHandOverMinimalACL)$'
+# The count starts again after a free: else, once over the bound, a busy
+# Client frees the lock at every release while others wait.
+m "hand-over: counter not reset by a free" handoff.go \
+  'q.handoffs = 0' \
+  '_ = q' \
+  . '^(TestHandoffBoundExact)$'
+# A release that frees instead of handing over publishes, or the other
+# process's waiter (and the chosen one) sleep until the lease ends.
+m "hand-over: free not published" internal/scripts/lock_release_to.lua \
+  'redis.call(ARGV[3], KEYS[2], ARGV[1])
+return {1, 0}' \
+  'return {1, 0}' \
+  . '^(TestHandoffBoundExact|TestFreedWaiterNotStranded)$'
+# A handed-over lock takes a new fencing token, and the waiter gets it.
+m "hand-over: script takes no token" internal/scripts/lock_release_to.lua \
+  "{2, fence(KEYS[3], ARGV[6], false)}" \
+  "{2, tonumber(redis.call('get', KEYS[3]) or '0')}" \
+  . '^(TestHandoffBoundExact)$'
+m "hand-over: waiter's token dropped" release.go \
+  'token: ho.token, start: start})' \
+  'token: 0, start: start})' \
+  . '^(TestHandoffBoundExact|TestHandedLockLease)$'
+# A handed lock's lease counts from the release that handed it.
+m "hand-over: lease counted from the releasing holder's start" release.go \
+  'start := time.Now()' \
+  'start := hd.until.Add(-hd.valid)' \
+  . '^(TestHandedLockLease)$'
+# The waiter a free chose, woken by the unlock message before it was told
+# of the free, tries at once: the message is used up, the lock free.
+m "hand-over: freed waiter waits again after its wake-up" acquire.go \
+  'woken || ctxDone(ctx)' \
+  'woken && false || ctxDone(ctx)' \
+  . '^(TestFreedWaiterNotStranded|TestHandOverMinimalACL)$'
+# Past the bound the script asks PUBSUB NUMSUB whether another process
+# waits, counting this Client's own subscription as one.
+m "hand-over: script does not ask NUMSUB" internal/scripts/lock_release_to.lua \
+  "local subs = redis.pcall('pubsub', ARGV[7], KEYS[2])" \
+  "local subs = {'', 0}" \
+  . '^(TestHandoffBoundExact|TestHandOverMinimalACL)$'
+m "hand-over: own subscription not counted as ours" release.go \
+  'when, 1)' \
+  'when, 0)' \
+  . '^(TestHandOverMinimalACL)$'
 
 # --- synchronizers: Semaphore, PermitSemaphore, CountDownLatch ---
+# A permit waiter is told when the earliest held permit expires and tries
+# again then, not at its 1 s poll: an expiry publishes nothing.
+m "permits: acquire does not tell when the next permit expires" internal/scripts/psem_acquire.lua \
+  "return ':' .. tostring(v[2])" \
+  "return nil" \
+  . '^(TestPermitSemaphoreFixedLease)$'
+# A release wakes the waiters of other Clients by its message, at once,
+# not at their 1 s poll.
+m "sem: release does not publish" internal/scripts/sem_release.lua \
+  "redis.call(ARGV[2], KEYS[2], value)
+return value" \
+  "return value" \
+  . '^(TestSemaphoreWaitAndClose)$'
+# So does AddPermits.
+m "sem: add permits does not publish" internal/scripts/sem_add.lua \
+  "redis.call(ARGV[2], KEYS[2], value)
+return value" \
+  "return value" \
+  . '^(TestSemaphoreSetAndAddWake)$'
+# TrySetPermits sets a semaphore only if it has not been set.
+m "sem: try-set overwrites the permits" internal/scripts/sem_try_set.lua \
+  "if redis.call('exists', KEYS[1]) == 0 then" \
+  "if true then" \
+  . '^(TestSemaphoreOperations)$'
+# TrySetPermits wakes the waiters by its message, as AddPermits does.
+m "sem: try-set does not publish" internal/scripts/sem_try_set.lua \
+  "  redis.call(ARGV[2], KEYS[2], ARGV[1])
+" \
+  "" \
+  . '^(TestSemaphoreSetAndAddWake)$'
+# A permit's release wakes the waiters by its message, not their poll.
+m "permits: release does not publish" internal/scripts/psem_release.lua \
+  "redis.call(ARGV[2], KEYS[3], value)
+" \
+  "" \
+  . '^(TestPermitSemaphoreReleaseWakes)$'
+# Every permit script first returns expired permits to the pool: a dead
+# holder's permit comes back one lease after it died.
+m "permits: reclaim frees no expired permit" internal/scripts/psem_reclaim.lua \
+  "if #expired > 0 then" \
+  "if false then" \
+  . '^(TestPermitSemaphoreWatchdog)$'
+# The watchdog renews a live holder's permits before their lease runs out.
+m "permits: watchdog does not renew permits" permit_semaphore.go \
+  "			ps.renew(tctx)" \
+  "			_ = tctx" \
+  . '^(TestPermitSemaphoreWatchdog)$'
+# The renewal that finds a permit gone (released by id, deleted) cancels
+# its context at once, not when the local lease runs out.
+m "permits: renewal does not report a lost permit" permit_semaphore.go \
+  'p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))' \
+  '_ = fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name)' \
+  . '^(TestPermitSemaphoreRenewalFindsLoss)$'
+# A count-down to 0 publishes Redisson's zero message, which wakes waiters.
+m "latch: count-down does not publish zero" internal/scripts/latch_count_down.lua \
+  "  redis.call(ARGV[1], KEYS[2], 0)
+" \
+  "" \
+  . '^(TestCountDownLatchOperations|TestCountDownLatchAwait)$'
+# TrySetCount closes only an open latch: a count that is set stays.
+m "latch: try-set overwrites a count" internal/scripts/latch_try_set.lua \
+  "if redis.call('exists', KEYS[1]) == 0 then" \
+  "if true then" \
+  . '^(TestCountDownLatchOperations)$'
+# dlock run --permits N sets up the semaphore with N permits, and gives
+# its permit back when COMMAND is done.
+m "cli: run --permits ignores N" cmd/dlock/semaphore.go \
+  'set, err := sem.TrySetPermits(ctx, a.permits.n)' \
+  'set, err := sem.TrySetPermits(ctx, 1)' \
+  ./cmd/dlock '^(TestRunPermitEnvironment)$'
+m "cli: run --permits keeps its permit at exit" cmd/dlock/semaphore.go \
+  'error { return p.sem.Release(permitCtx) }' \
+  'error { return nil }' \
+  ./cmd/dlock '^(TestRunPermitEnvironment)$'
 
 # --- read-write and fair locks ---
+# The watchdog's renewal of a short read hold must not shorten the lock
+# hash below another reader's longer hold (a writer would get in).
+m "rw: read renewal shortens the lock below another reader's hold" internal/scripts/rw_read_renew.lua \
+  "if keep > 0 and redis.call('pttl', lock) < keep then" \
+  "if keep > 0 then" \
+  . '^(TestRWReadRenewKeepsLongerReaderHold)$'
+# A read acquisition with a short lease must not shorten the lock below
+# a longer read hold either.
+m "rw: read acquire shortens the lock below a longer hold" internal/scripts/rw_read_acquire.lua \
+  "if redis.call('pttl', KEYS[1]) < lease then" \
+  "if true then" \
+  . '^(TestRWReadLeaseExpiry)$'
+# A read release that leaves other readers keeps the lock for them.
+m "rw: read release with readers left deletes the lock" internal/scripts/rw_read_release.lua \
+  "if longest > 0 then" \
+  "if false then" \
+  . '^(TestRWReadLeaseExpiry)$'
+# A write unlock wakes every waiting reader at once, not at the lease.
+m "rw: write release does not wake the readers" internal/scripts/rw_write_release.lua \
+  "redis.call(ARGV[3], KEYS[2], ARGV[1])
+return 1" \
+  "return 1" \
+  . '^(TestRWWriteUnlockWakesAllReaders)$'
+# A fair unlock wakes the head waiter on its own channel; without it the
+# head sleeps out the old holder's lease.
+m "fair: release does not wake the head waiter" internal/scripts/fair_release.lua \
+  "wakeHead(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3])
+return 1" \
+  "return 1" \
+  . '^(TestFairUnlockWakesHead|TestFairGrantOrder)$'
+# When the head of a free lock's queue gives up, the next waiter is woken
+# at once, not when its sleep (the old lease) runs out.
+m "fair: abandon does not wake the next waiter" internal/scripts/fair_abandon.lua \
+  "  wakeHead(KEYS[2], KEYS[3], KEYS[4], now, wait, ARGV[3], ARGV[4])
+end" \
+  "end" \
+  . '^(TestFairAbandonWakesNextHead)$'
+# The waiters behind one that gives up move up by one wait (no drift).
+m "fair: abandon leaves the deadlines behind unchanged" internal/scripts/fair_abandon.lua \
+  "redis.call('zincrby', KEYS[3], -wait, queue[i])" \
+  "local _ = queue[i]" \
+  . '^(TestFairCancelledWaiterLeaves)$'
+# An attempt on a free lock drops a dead head whose deadline has passed;
+# without it a waiter that died blocks the queue for good.
+m "fair: acquire keeps a dead head" internal/scripts/fair_acquire.lua \
+  "purge(KEYS[1], KEYS[2], KEYS[3], now, owner)" \
+  "local _ = now" \
+  . '^(TestFairDeadWaiterSkipped)$'
+# TryLock never joins the queue.
+m "fair: TryLock joins the queue" internal/scripts/fair_acquire.lua \
+  "if ARGV[4] ~= '1' then" \
+  "if false then" \
+  . '^(TestFairTryLockDoesNotQueue)$'
+# A ctx deadline that passes while the first subscription is made (a dial
+# or socket deadline at ctx's deadline fails it before ctx's timer fires)
+# is ErrNotObtained, not a wrapped i/o timeout.
+m "wait: deadline during the first subscribe read as a subscribe error" acquire.go \
+  "		return sub.Ready(), nil
+	case ctxDone(ctx):" \
+  "		return sub.Ready(), nil
+	case ctx.Err() != nil:" \
+  . '^(TestLockDeadlineDuringFirstSubscribe)$'
 
 # --- batcher, holder records, observer, CLI ---
+# A queued script's reply comes from the batch's pipeline, errors
+# included: dropping them reads WRONGTYPE as an empty reply.
+m "batch: queued scripts lose their errors" batch.go \
+  '		for _, q := range batch[1:] {
+			close(q.done)' \
+  '		for _, q := range batch[1:] {
+			q.cmd.SetErr(nil)
+			close(q.done)' \
+  . '^(TestBatchedScriptsKeepTheirErrors)$'
+# dlock top counts a read-write lock's waiters on redisson_rwlock:{name},
+# where they subscribe, not on the Mutex's channel.
+m "top: read-write waiters counted on the Mutex's channel" cmd/dlock/cmd_top.go \
+  'if st.Kind == "rwlock" {' \
+  'if st.Kind == "rw" {' \
+  ./cmd/dlock '^(TestTopReadWrite)$'
+# The batcher keeps at most maxOnWire (2) batches or lone scripts of a
+# Client on the wire; the others wait and go out together.
+m "batch: a third batch on the wire" batch.go \
+  'if b.onWire < maxOnWire {' \
+  'if b.onWire <= maxOnWire {' \
+  . '^(TestBatchAtMostTwoOnWire)$'
+# The holder record lives as long as the watchdog timeout, so a dead
+# process's record goes when its locks do.
+m "record: TTL not the watchdog timeout" clientinfo.go \
+  'args := []any{millis(ttl),' \
+  'args := []any{millis(1000 * ttl),' \
+  . '^(TestClientRecordWrittenAtFirstLock)$'
+# The record names this process, not its parent.
+m "record: the parent's pid" clientinfo.go \
+  'strconv.Itoa(os.Getpid())' \
+  'strconv.Itoa(os.Getppid())' \
+  . '^(TestClientRecordWrittenAtFirstLock)$'
+# The record is written again every third of its TTL while the Client
+# lives: it would expire under a long hold, and not come back if deleted.
+m "record: not refreshed" clientinfo.go \
+  '		case <-t.C:
+			r.write(ctx)' \
+  '		case <-t.C:' \
+  . '^(TestClientRecordRefreshed)$'
+# Close deletes the record rather than leaving it to its TTL.
+m "record: not deleted at Close" clientinfo.go \
+  '_ = r.rdb.Del(ctx, r.key).Err()' \
+  '_ = ctx' \
+  . '^(TestClientRecordDeletedAtClose)$'
+# LockEnd.Wait is the whole call, from LockStart.
+m "observer: wait time not from LockStart" observe.go \
+  'Wait: now.Sub(o.start)' \
+  'Wait: time.Since(now)' \
+  . '^(TestObserverLockWaitReentryUnlock)$'
+# A renewal reports how many of its holds Redis no longer had.
+m "observer: renewal counts the live holds as lost" observe.go \
+  '		if !a {
+			r.Lost++' \
+  '		if a {
+			r.Lost++' \
+  . '^(TestObserverLostAndRenewal)$'
+# A hold lost at its local deadline is expired, not rejected.
+m "observer: every loss reported as rejected" observe.go \
+  'if !time.Now().Before(hd.until) {' \
+  'if false {' \
+  . '^(TestObserverLostAndRenewal)$'
+# Close reports the holds it ends as lost (cause closed).
+m "observer: holds ended by Close not reported" observe.go \
+  '		c.lost(hd, hd.acqs, LostClosed, ErrClosed)' \
+  '		_ = hd' \
+  . '^(TestObserverClosedAndReconnect)$'
+# dlockotel counts the holds a renewal found gone as renewed, outcome lost.
+m "otel: renewal losses not counted" dlockotel/dlockotel.go \
+  '		if r.Lost > 0 {' \
+  '		if false {' \
+  ./dlockotel '^(TestRenewalFindsLost)$'
+# dlock top's HOLDS is the sum over a lock's holders (several readers).
+m "top: holds of the first holder only" cmd/dlock/cmd_top.go \
+  'rows[i].Holds += h.Holds' \
+  'rows[i].Holds = h.Holds' \
+  ./cmd/dlock '^(TestTopReaders)$'
+# Among locks with as many waiters, the most held comes first.
+m "top: least held first" cmd/dlock/cmd_top.go \
+  'cmp.Compare(b.Holds, a.Holds)' \
+  'cmp.Compare(a.Holds, b.Holds)' \
+  ./cmd/dlock '^(TestTopReaders)$'
+# dlock hold releases the lock when a signal ends it, rather than leaving
+# it to its lease.
+m "hold: not released on a signal" cmd/dlock/cmd_hold.go \
+  'if err := release(lk, lockCtx); err != nil {' \
+  'if err := error(nil); err != nil {' \
+  ./cmd/dlock '^(TestHold)$'
+# A lost hold makes dlock hold exit 6.
+m "hold: a lost lock exits 0" cmd/dlock/cmd_hold.go \
+  'return exitf(exitLockLost, "%s; no longer holding it"' \
+  'return exitf(0, "%s; no longer holding it"' \
+  ./cmd/dlock '^(TestHoldLockLost)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
@@ -169,9 +459,14 @@ copy() {
 }
 
 # runtests runs the tests of $2 matching $3 in the tree $1; it succeeds
-# when they all pass. The output goes to $4.
+# when they all pass. The output goes to $4. A package that is a module of
+# its own (./dlockotel) is tested from inside it.
 runtests() {
-  (cd "$1" && $GO test -count=1 -timeout 10m -v -run "$3" "$2") >"$4" 2>&1
+  local dir=$1 pkg=$2
+  if [[ $pkg != . && -f $dir/$pkg/go.mod ]]; then
+    dir=$dir/$pkg pkg=.
+  fi
+  (cd "$dir" && $GO test -count=1 -timeout 10m -v -run "$3" "$pkg") >"$4" 2>&1
 }
 
 # ran reports whether the go test output $1 shows a test that ran at the
@@ -196,11 +491,33 @@ for k in "${!m_name[@]}"; do
 done
 copy "$work/base"
 for pkg in "${!base[@]}"; do
+  # Plain patterns ('^(TestA|TestB)$') run as one, each name checked;
+  # subtest patterns run on their own.
+  names=() patterns=()
+  : >"$work/base.all"
   for pattern in ${base[$pkg]}; do
+    if [[ $pattern =~ ^\^\(([A-Za-z0-9_|]+)\)\$$ ]]; then
+      IFS='|' read -ra alts <<<"${BASH_REMATCH[1]}"
+      names+=("${alts[@]}")
+    else
+      patterns+=("$pattern")
+    fi
+  done
+  if ((${#names[@]})); then
+    patterns+=("^($(printf '%s\n' "${names[@]}" | sort -u | paste -sd'|' -))\$")
+  fi
+  for pattern in $(printf '%s\n' "${patterns[@]}" | sort -u); do
     echo "baseline: $pkg $pattern"
     if ! runtests "$work/base" "$pkg" "$pattern" "$work/base.out" || ! ran "$work/base.out" "$pattern"; then
       echo "baseline: the tests fail, or none ran, on the unmutated tree:"
       tail -40 "$work/base.out"
+      exit 1
+    fi
+    cat "$work/base.out" >>"$work/base.all"
+  done
+  for n in $(printf '%s\n' "${names[@]}" | sort -u); do
+    if ! grep -qE -- "--- (PASS|SKIP): $n " "$work/base.all"; then
+      echo "baseline: no test $n ran in $pkg (fix the list)"
       exit 1
     fi
   done
@@ -248,3 +565,4 @@ echo "| mutation | file | tests that must catch it | result |"
 echo "|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 exit $status
+}

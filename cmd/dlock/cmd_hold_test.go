@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // holdProcess starts "dlock hold args..." and returns it with the lines
@@ -36,19 +37,43 @@ func holdProcess(t *testing.T, fenced bool, args ...string) (*exec.Cmd, map[stri
 	if fenced {
 		last = "DLOCK_TOKEN"
 	}
+	// The lines are read on a goroutine of their own, which drains stdout
+	// after the last one so the process never blocks on it.
+	lines := make(chan [2]string, 16)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			k, v, _ := strings.Cut(sc.Text(), "=")
+			select {
+			case lines <- [2]string{k, v}:
+			case <-stop:
+				return
+			}
+			if k == last {
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+		}
+	}()
 	vars := map[string]string{}
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		k, v, _ := strings.Cut(lines.Text(), "=")
-		vars[k] = v
-		if k == last {
-			// Keep draining stdout so the process never blocks on it.
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			return cmd, vars, &stderr
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case kv, ok := <-lines:
+			if !ok {
+				t.Fatalf("dlock hold ended its output before %s: %q; stderr %q", last, vars, stderr.String())
+			}
+			vars[kv[0]] = kv[1]
+			if kv[0] == last {
+				return cmd, vars, &stderr
+			}
+		case <-deadline:
+			t.Fatalf("dlock hold printed no %s within 30s: %q; stderr %q", last, vars, stderr.String())
 		}
 	}
-	t.Fatalf("dlock hold ended its output before %s: %q; stderr %q", last, vars, stderr.String())
-	return nil, nil, nil
 }
 
 // TestHold: dlock hold prints the hold's variables once the lock is held

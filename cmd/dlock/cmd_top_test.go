@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,8 +20,10 @@ import (
 )
 
 // waitingClient starts a Lock on lock name from a Client of its own (so a
-// connection of its own subscribes), stopped when the test ends.
-func waitingClient(t *testing.T, name string, fair bool) {
+// connection of its own subscribes), stopped when the test ends. kind is
+// the lock's kind: "mutex", "fair", or the "read" or "write" lock of an
+// RWMutex.
+func waitingClient(t *testing.T, name, kind string) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimPrefix(redisURL, "redis://")})
 	c, err := dlock.New(rdb)
@@ -30,10 +33,20 @@ func waitingClient(t *testing.T, name string, fair bool) {
 	var l interface {
 		Lock(context.Context) (context.Context, error)
 	}
-	if fair {
-		l, err = c.NewFairMutex(name)
-	} else {
+	switch kind {
+	case "mutex":
 		l, err = c.NewMutex(name)
+	case "fair":
+		l, err = c.NewFairMutex(name)
+	case "read", "write":
+		var rw *dlock.RWMutex
+		if rw, err = c.NewRWMutex(name); err == nil && kind == "read" {
+			l = rw.ReadLock()
+		} else if err == nil {
+			l = rw.WriteLock()
+		}
+	default:
+		t.Fatalf("waitingClient: unknown kind %q", kind)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +59,11 @@ func waitingClient(t *testing.T, name string, fair bool) {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("a waiting %s Lock on %q did not return within 10s of its cancel", kind, name)
+		}
 		_ = c.Close()
 		_ = rdb.Close()
 	})
@@ -72,9 +89,9 @@ func TestTopOnce(t *testing.T) {
 	coldCtx := mustLock(t, cold, ctx)
 	mustLock(t, fair, ctx)
 	// Two processes' worth of waiters on hot, one on the fair lock.
-	waitingClient(t, prefix+"hot", false)
-	waitingClient(t, prefix+"hot", false)
-	waitingClient(t, prefix+"fair", true)
+	waitingClient(t, prefix+"hot", "mutex")
+	waitingClient(t, prefix+"hot", "mutex")
+	waitingClient(t, prefix+"fair", "fair")
 	eventually(t, 10*time.Second, func() error {
 		n := rdb.PubSubNumSub(ctx, "redisson_lock__channel:{"+prefix+"hot}").Val()["redisson_lock__channel:{"+prefix+"hot}"]
 		q := rdb.LLen(ctx, "redisson_lock_queue:{"+prefix+"fair}").Val()
@@ -130,6 +147,112 @@ func TestTopOnce(t *testing.T) {
 	}
 	if r := cliRun(t, "top", "--once", prefix+"cold"); r.code != 0 || !strings.Contains(r.stdout, "no locks match") {
 		t.Errorf("after cold's release: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// TestTopReadWrite: dlock top counts the waiters of a read-write lock on
+// its own channel (redisson_rwlock:{name}): with the write lock held and a
+// reader and a writer waiting, each from a Client of its own, it shows the
+// lock in write mode with 2 waiters, its holder as the writer.
+func TestTopReadWrite(t *testing.T) {
+	prefix := lockName(t) + ":"
+	name := prefix + "rw"
+	rdb := newRedis(t)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	rw, err := c.NewRWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx := mustLock(t, rw.WriteLock(), ctx)
+	defer rw.WriteLock().Unlock(wctx)
+	waitingClient(t, name, "read")
+	waitingClient(t, name, "write")
+	channel := "redisson_rwlock:{" + name + "}"
+	eventually(t, 10*time.Second, func() error {
+		if n := rdb.PubSubNumSub(ctx, channel).Val()[channel]; n != 2 {
+			return fmt.Errorf("%d subscribed to %s, want the reader's and the writer's connections", n, channel)
+		}
+		return nil
+	})
+
+	r := cliRun(t, "top", "--once", "--json", prefix+"*")
+	if r.code != 0 {
+		t.Fatalf("dlock top --once --json: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rows []topLock
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("%v in %s", err, r.stdout)
+	}
+	if len(rows) != 1 || rows[0].Name != name || rows[0].Kind != "rwlock" || rows[0].Mode != "write" || rows[0].Waiters != 2 || rows[0].Holds != 1 {
+		t.Fatalf("rows %s, want %s in write mode, held once, with 2 waiters", r.stdout, name)
+	}
+
+	r = cliRun(t, "top", "--once", prefix+"*")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 4 {
+		t.Fatalf("dlock top --once: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+	if !strings.Contains(lines[0], "1 lock held, 2 waiters") {
+		t.Errorf("summary %q, want 1 lock held, 2 waiters", lines[0])
+	}
+	row := regexp.MustCompile(`^` + regexp.QuoteMeta(name) + ` +rwlock \(write\) +` + regexp.QuoteMeta(c.ID()[:8]+"…:1") + ` \(write\) +1 +[0-9.]+s +2 `)
+	if !row.MatchString(lines[3]) {
+		t.Errorf("row %q, want %s in write mode held by %s:1 (write), with 2 waiters", lines[3], name, c.ID())
+	}
+}
+
+// TestTopReaders: dlock top sums the hold counts of a lock's holders (a
+// read lock held by three owners holds 3), names the first and counts the
+// others in HELD BY, and among locks without waiters shows the most held
+// first.
+func TestTopReaders(t *testing.T) {
+	prefix := lockName(t) + ":"
+	rdb := newRedis(t)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	// "a" sorts first by name: only the hold counts put "b" above it.
+	m, _ := c.NewMutex(prefix + "a")
+	rw, _ := c.NewRWMutex(prefix + "b")
+	mustLock(t, m, ctx)
+	for range 3 { // three owners: unrelated contexts
+		mustLock(t, rw.ReadLock(), ctx)
+	}
+	awaitRecord(t, rdb, c.ID())
+
+	r := cliRun(t, "top", "--once", "--json", prefix+"*")
+	if r.code != 0 {
+		t.Fatalf("dlock top --once --json: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var rows []topLock
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("%v in %s", err, r.stdout)
+	}
+	var got []string
+	for _, l := range rows {
+		got = append(got, fmt.Sprintf("%s %s/%s holders=%d holds=%d waiters=%d", strings.TrimPrefix(l.Name, prefix), l.Kind, l.Mode, len(l.Holders), l.Holds, l.Waiters))
+	}
+	want := []string{"b rwlock/read holders=3 holds=3 waiters=0", "a mutex/ holders=1 holds=1 waiters=0"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	r = cliRun(t, "top", "--once", prefix+"*")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 5 {
+		t.Fatalf("dlock top --once: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+	row := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix+"b") + ` +rwlock \(read\) +` + regexp.QuoteMeta(c.ID()[:8]) + `…:\d+ \(read\) +3 +[0-9.]+s +0 +.*, \+2 more$`)
+	if !row.MatchString(lines[3]) {
+		t.Errorf("first row %q, want the read lock held 3 times, by its first reader and 2 more", lines[3])
 	}
 }
 
@@ -254,7 +377,7 @@ func TestTopTerminal(t *testing.T) {
 	}
 	for _, w := range []*exec.Cmd{w1, w2} {
 		_ = w.Process.Signal(syscall.SIGTERM)
-		_ = w.Wait()
+		exitCode(t, w)
 	}
 }
 

@@ -94,7 +94,7 @@ func TestRecordGoneAfterCrash(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no Close
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
+	exitCode(t, cmd)
 	eventually(t, 10*time.Second, func() error {
 		if rdb.Exists(ctx, layout.ClientRecordPrefix+id).Val() != 0 {
 			return fmt.Errorf("record of killed client %s still there", id)

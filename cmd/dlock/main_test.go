@@ -128,7 +128,11 @@ func exitCode(t testing.TB, cmd *exec.Cmd) int {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v did not exit within 30s, nor within 10s of SIGKILL", cmd.Args)
+		}
 		t.Fatalf("%v did not exit within 30s", cmd.Args)
 	}
 	return cmd.ProcessState.ExitCode()

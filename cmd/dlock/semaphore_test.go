@@ -135,8 +135,14 @@ func TestRunPermitEnvironment(t *testing.T) {
 	if got[0] != name || !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(got[1]) || got[2] != "" || strings.TrimSpace(got[3]) != "1" {
 		t.Errorf("DLOCK_NAME=%q DLOCK_PERMIT=%q DLOCK_OWNER=%q, permits held %q; want %q, 32 hex digits, empty, 1", got[0], got[1], got[2], got[3], name)
 	}
-	if v := newRedis(t).Get(t.Context(), name).Val(); v != "3" {
+	// The semaphore was set to --permits 3, and the permit went back when
+	// COMMAND was done.
+	rdb := newRedis(t)
+	if v := rdb.Get(t.Context(), name).Val(); v != "3" {
 		t.Errorf("available permits after the run: %q, want 3", v)
+	}
+	if exists(t, rdb, layout.Suffixed(name, "timeout")) {
+		t.Error("a permit is still held after the run")
 	}
 }
 
