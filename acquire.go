@@ -297,7 +297,7 @@ func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult,
 	sent := err == nil
 	if sent {
 		res, err = h.kind.attempt(ctx, req)
-		gate.saw(err)
+		err = gate.saw(err) // a failed dial is ErrUnreachable from the first call on
 	}
 	if err != nil {
 		// An attempt not sent took nothing, but a hand-over to a

@@ -2,10 +2,12 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,12 +88,31 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 	r := &clientRecord{rdb: c.rdb, key: layout.ClientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3,
 		wrote: make(chan struct{})}
 	r.logger = func(err error) {
-		if r.logged.CompareAndSwap(false, true) {
-			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client (an ACL needs ~dlock:client:*); locks are not affected",
+		switch {
+		case connectionLost(err) || errors.Is(err, context.DeadlineExceeded):
+			// Redis cannot be reached: the lock calls report that
+			// themselves, and the record is written again at the next
+			// refresh. Not worth more than a debug line, and not the
+			// one Info line kept for a lasting refusal.
+			c.cfg.logger.Debug("dlock: holder record not written: redis unreachable; retried at the next refresh",
+				"key", r.key, "error", err)
+		case !r.logged.CompareAndSwap(false, true):
+		case isNoPerm(err):
+			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client (the ACL needs ~dlock:client:*); locks are not affected",
+				"key", r.key, "error", err)
+		default:
+			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client; locks are not affected",
 				"key", r.key, "error", err)
 		}
 	}
 	return r
+}
+
+// isNoPerm reports a Redis NOPERM reply: an ACL refused the command or
+// its key.
+func isNoPerm(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
 }
 
 // touch starts keeping the record, if it is not kept already: the first

@@ -322,3 +322,31 @@ func TestClientRecordOnCluster(t *testing.T) {
 		t.Error("record left after Close")
 	}
 }
+
+// TestClientRecordUnreachableNoACLHint: with Redis down (a port with no
+// listener), the holder record cannot be written either; that is logged
+// at debug level only, and nothing blames an ACL, which only a NOPERM
+// reply would.
+func TestClientRecordUnreachableNoACLHint(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logs syncBuf
+	c := newClient(t, rdb, WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	m := mustMutex(t, c, "test:"+t.Name())
+	if _, err := m.TryLock(t.Context()); err == nil {
+		t.Fatal("TryLock on a closed port succeeded")
+	}
+	recv(t, c.record.wrote, 10*time.Second, "the holder record's first write")
+	out := logs.String()
+	if strings.Contains(out, "ACL") || strings.Contains(out, "~dlock:client:*") {
+		t.Errorf("logs blame an ACL for a refused connection:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "holder record not written") && !strings.Contains(line, "level=DEBUG") {
+			t.Errorf("holder record failure logged above debug level: %s", line)
+		}
+	}
+	if !strings.Contains(out, "holder record not written: redis unreachable") {
+		t.Errorf("no debug line for the record:\n%s", out)
+	}
+}

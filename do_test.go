@@ -150,3 +150,38 @@ func (d doLocker) Unlock(lockCtx context.Context) error {
 		return errors.New("doLocker: Do did not return within 10s of the release")
 	}
 }
+
+// TestDoInvalidArguments: Do with a nil Locker, a nil *Mutex or a nil fn
+// returns an error wrapping ErrInvalidOption rather than panicking, and
+// with a nil fn does not even try to take the lock: here another owner
+// holds it, so a Do that tried would wait for it until ctx ends.
+func TestDoInvalidArguments(t *testing.T) {
+	name := lockName(t)
+	m := mustMutex(t, newClient(t, nil), name)
+	holder := mustMutex(t, newClient(t, nil), name)
+	held := mustLock(t, t.Context(), holder)
+	defer holder.Unlock(held)
+	for _, tc := range []struct {
+		what string
+		l    Locker
+		fn   func(context.Context) error
+	}{
+		{"nil Locker", nil, func(context.Context) error { return nil }},
+		{"nil *Mutex", (*Mutex)(nil), func(context.Context) error { return nil }},
+		{"nil fn", m, nil},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			return Do(ctx, tc.l, tc.fn)
+		}()
+		cancel()
+		if !errors.Is(err, ErrInvalidOption) || errors.Is(err, ErrNotObtained) {
+			t.Errorf("Do with a %s: %v, want ErrInvalidOption without trying the lock", tc.what, err)
+		}
+	}
+}

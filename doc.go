@@ -33,6 +33,19 @@
 // A Client works on a plain, Sentinel (failover) or Cluster go-redis client;
 // on a Redis 7 cluster, unlock messages use sharded pub/sub.
 //
+// # Semaphores and latches
+//
+// Also in Redisson's layout, so that Java processes can share them:
+//
+//   - Semaphore (Client.NewSemaphore): counting permits without owner or
+//     lease, Redisson RSemaphore. It has no permits until set up
+//     (TrySetPermits, AddPermits): Acquire on one never set up waits.
+//   - PermitSemaphore (Client.NewPermitSemaphore): permits with an id and
+//     a lease, back when their holder dies, Redisson
+//     RPermitExpirableSemaphore.
+//   - CountDownLatch (Client.NewCountDownLatch): waits until a count set
+//     with TrySetCount reaches zero, Redisson RCountDownLatch.
+//
 // # Ownership
 //
 // Go has no thread id, so ownership travels in the lock context that Lock

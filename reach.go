@@ -83,13 +83,27 @@ func (r *reach) err() error {
 	return fmt.Errorf("%w: %w", ErrUnreachable, r.last)
 }
 
-// saw notes the outcome of a command. A dial that failed closes the gate
-// and starts the prober; a connection that broke (Redis may have closed
-// just that one) starts the prober, whose first failure closes the gate.
-func (r *reach) saw(err error) {
+// saw notes the outcome of a command and returns the error to report for
+// it: err, wrapped with ErrUnreachable when the dial failed, as the
+// commands sent after it will be while the gate stays shut, so that the
+// first call that finds Redis unreachable says so as the later ones do. A
+// dial that failed closes the gate and starts the prober; a connection
+// that broke (Redis may have closed just that one) starts the prober,
+// whose first failure closes the gate.
+func (r *reach) saw(err error) error {
 	if r.dial == nil || !connectionLost(err) {
-		return
+		return err
 	}
+	r.note(err)
+	if dialFailed(err) && !errors.Is(err, ErrUnreachable) {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return err
+}
+
+// note starts the prober for a connection error, unless one runs, and
+// closes the gate if the dial failed.
+func (r *reach) note(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.probing || r.ctx.Err() != nil {

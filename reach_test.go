@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -135,5 +136,78 @@ func TestLockWaitsOutOutage(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Lock did not return once Redis was back")
+	}
+}
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// TestSawWrapsFirstDialFailure: the error of the first command that finds
+// Redis unreachable (a port with no listener) is reported wrapping
+// ErrUnreachable, as those of the commands after it are, not as a bare
+// "connection refused"; errors that are not a failed dial are passed on
+// as they are.
+func TestSawWrapsFirstDialFailure(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	dialErr := rdb.Ping(t.Context()).Err()
+	if !dialFailed(dialErr) {
+		t.Fatalf("PING on a closed port: %v, want a failed dial", dialErr)
+	}
+	if err := c.reach.err(); err != nil {
+		t.Fatalf("gate shut before any failure was seen: %v", err)
+	}
+	err := c.reach.saw(dialErr)
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("saw(first dial failure) = %v, want ErrUnreachable wrapping the dial's error", err)
+	}
+	if !errors.Is(c.reach.err(), ErrUnreachable) {
+		t.Error("a failed dial did not shut the gate")
+	}
+	if err := c.reach.saw(err); strings.Count(err.Error(), ErrUnreachable.Error()) != 1 {
+		t.Errorf("saw of an error wrapping ErrUnreachable wrapped it again: %v", err)
+	}
+	for _, other := range []error{nil, redis.Nil, errors.New("NOPERM no permissions")} {
+		if err := c.reach.saw(other); err != other {
+			t.Errorf("saw(%v) = %v, want it unchanged", other, err)
+		}
+	}
+}
+
+// TestFirstCallUnreachable: the very first TryLock and Lock of a Client
+// whose Redis does not listen fail with ErrUnreachable, as later calls do,
+// not with go-redis's bare dial error.
+func TestFirstCallUnreachable(t *testing.T) {
+	for _, try := range []bool{true, false} {
+		name := "Lock"
+		if try {
+			name = "TryLock"
+		}
+		t.Run(name, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t)})
+			t.Cleanup(func() { _ = rdb.Close() })
+			m := mustMutex(t, newClient(t, rdb), lockName(t))
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			lock := m.Lock
+			if try {
+				lock = m.TryLock
+			}
+			if _, err := lock(ctx); !errors.Is(err, ErrUnreachable) {
+				t.Fatalf("first %s on a closed port: %v, want ErrUnreachable", name, err)
+			}
+		})
 	}
 }

@@ -189,7 +189,7 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 		return attemptResult{lost: true}, nil // no quorum has the hold any more
 	}
 	if ok < k.quorum {
-		reason = k.quorumError("lock", failed)
+		reason = k.quorumError("lock", ok, failed)
 	} else if r.fence {
 		if qe := k.fence(ctx, r.owner, token); qe != nil {
 			reason = qe
@@ -240,7 +240,7 @@ func (k *redKind) fence(ctx context.Context, owner string, token int64) *QuorumE
 		return ok >= k.quorum || refused > len(k.nodes)-k.quorum
 	})
 	if ok < k.quorum {
-		return k.quorumError("fence", failed)
+		return k.quorumError("fence", ok, failed)
 	}
 	return nil
 }
@@ -289,7 +289,7 @@ func (k *redKind) release(ctx context.Context, r request) (releaseResult, error)
 	case notHeldN > n-k.quorum:
 		return notHeld, nil
 	}
-	return 0, k.quorumError("unlock", failed)
+	return 0, k.quorumError("unlock", freed, failed)
 }
 
 // forceRelease deletes the lock on every node. Each node's request carries
@@ -313,15 +313,16 @@ func (k *redKind) forceRelease(ctx context.Context) (bool, error) {
 		return false
 	})
 	if answered < k.quorum {
-		return deleted, k.quorumError("force unlock", failed)
+		return deleted, k.quorumError("force unlock", answered, failed)
 	}
 	return deleted, nil
 }
 
-// quorumError builds the QuorumError of a request from its per-node
-// failures (nil for nodes that succeeded).
-func (k *redKind) quorumError(op string, failed []*NodeError) *QuorumError {
-	e := &QuorumError{Op: op, Quorum: k.quorum, Nodes: len(k.nodes)}
+// quorumError builds the QuorumError of a request from the number of
+// nodes that carried it out and its per-node failures (nil for nodes that
+// succeeded or whose answer was not awaited).
+func (k *redKind) quorumError(op string, succeeded int, failed []*NodeError) *QuorumError {
+	e := &QuorumError{Op: op, Quorum: k.quorum, Nodes: len(k.nodes), Succeeded: succeeded}
 	for _, f := range failed {
 		if f != nil {
 			e.Failed = append(e.Failed, f)
@@ -351,6 +352,7 @@ func (r redRenewer) renew(ctx context.Context, _ *Client, lease time.Duration, h
 	renewedN := make([]int, len(holds))
 	goneN := make([]int, len(holds))
 	failed := make([]*NodeError, n)
+	var answered int
 	fanOut(ctx, k.nodes, k.timeout, func(ctx context.Context, nd redNode) ([]bool, error) {
 		return hashRenewer{}.renew(ctx, nd.c, lease, holds)
 	}, func(i int, alive []bool, err error) bool {
@@ -358,6 +360,7 @@ func (r redRenewer) renew(ctx context.Context, _ *Client, lease time.Duration, h
 			failed[i] = &NodeError{k.nodes[i].addr, err}
 			return false
 		}
+		answered++
 		for j, a := range alive {
 			if a {
 				renewedN[j]++
@@ -374,7 +377,7 @@ func (r redRenewer) renew(ctx context.Context, _ *Client, lease time.Duration, h
 			alive[j] = true
 		case goneN[j] > n-k.quorum:
 		default:
-			return nil, k.quorumError("renew", failed)
+			return nil, k.quorumError("renew", answered, failed)
 		}
 	}
 	return alive, nil
@@ -444,7 +447,7 @@ func (l *RedLock) read(ctx context.Context, get func(ctx context.Context, nd red
 		return false
 	})
 	if answered < k.quorum {
-		return 0, fmt.Errorf("dlock: %q: %w", l.name, k.quorumError("read", failed))
+		return 0, fmt.Errorf("dlock: %q: %w", l.name, k.quorumError("read", answered, failed))
 	}
 	return quorumValue(vals, k.quorum), nil
 }

@@ -50,17 +50,26 @@ type QuorumError struct {
 	Quorum int
 	// Nodes is how many nodes were asked.
 	Nodes int
+	// Succeeded is how many nodes carried it out.
+	Succeeded int
 	// Failed lists the nodes that did not carry it out, in node order.
+	// A request stops waiting for answers once its outcome is known (a
+	// lock refused by more than Nodes - Quorum nodes), so Failed may
+	// name fewer than Nodes - Succeeded nodes: the rest were not awaited.
 	Failed []*NodeError
 }
 
-// Error says how many nodes succeeded and why each other node failed.
+// Error says how many nodes succeeded, why each node that failed did, and
+// how many answers were not awaited.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "redlock %s: %d of %d nodes succeeded, %d needed", e.Op, e.Nodes-len(e.Failed), e.Nodes, e.Quorum)
+	fmt.Fprintf(&b, "redlock %s: %d of %d nodes succeeded, %d needed", e.Op, e.Succeeded, e.Nodes, e.Quorum)
 	for _, f := range e.Failed {
 		b.WriteString("; ")
 		b.WriteString(f.Error())
+	}
+	if n := e.Nodes - e.Succeeded - len(e.Failed); n > 0 {
+		fmt.Fprintf(&b, "; %d not awaited (the outcome was known)", n)
 	}
 	return b.String()
 }

@@ -677,3 +677,28 @@ func TestRedLockForceUnlockLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRedLockQuorumErrorCountsSuccesses: a RedLock held by another owner
+// on all 3 nodes is refused by every node that answers; the round stops
+// after 2 refusals, and the error must say that no node succeeded (it
+// said "1 of 3", counting the node not awaited as a success).
+func TestRedLockQuorumErrorCountsSuccesses(t *testing.T) {
+	ctx := t.Context()
+	_, clients := redLockNodes(t, 3)
+	name := "test:" + t.Name()
+	holder := mustRedLock(t, clients, name)
+	held := mustLock(t, ctx, holder)
+	defer holder.Unlock(held)
+
+	_, err := mustRedLock(t, clients, name).TryLock(ctx)
+	var qe *QuorumError
+	if !errors.Is(err, ErrNotObtained) || !errors.As(err, &qe) {
+		t.Fatalf("TryLock of a RedLock held on every node: %v, want ErrNotObtained and a *QuorumError", err)
+	}
+	if qe.Succeeded != 0 || !strings.Contains(err.Error(), "0 of 3 nodes succeeded") {
+		t.Errorf("Succeeded = %d, error %q; want 0 and \"0 of 3 nodes succeeded\"", qe.Succeeded, err)
+	}
+	if n := len(qe.Failed); n < 2 || n+qe.Succeeded > qe.Nodes {
+		t.Errorf("%d failed nodes of %d, %d succeeded", n, qe.Nodes, qe.Succeeded)
+	}
+}

@@ -31,9 +31,11 @@ type Semaphore struct {
 }
 
 // NewSemaphore returns the counting semaphore called name. It does not
-// touch Redis: a semaphore that was never set has no permits (see
-// TrySetPermits and AddPermits). The name follows the rules of lock names
-// (ErrInvalidName).
+// touch Redis, and does not create the semaphore: one that was never set
+// up has 0 permits, so Acquire waits until ctx ends (and TryAcquire
+// reports false) until some process calls TrySetPermits, AddPermits or
+// Release. Set it up once, typically with TrySetPermits at startup. The
+// name follows the rules of lock names (ErrInvalidName).
 func (c *Client) NewSemaphore(name string) (*Semaphore, error) {
 	if err := newSync(c, name); err != nil {
 		return nil, err
@@ -104,7 +106,9 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 // be available at once. Waiting is push: the waiter subscribes to the
 // semaphore's channel and tries again on each message, and at least every
 // second, so a lost message costs a second, never a hang. When ctx ends
-// first the error wraps ErrNotObtained and ctx.Err().
+// first the error wraps ErrNotObtained and ctx.Err(); it also says when the
+// semaphore does not exist (it was never set up, see NewSemaphore), which
+// Acquire checks with one more command, bounded by a second.
 //
 // An attempt that reached Redis is never cut short by ctx (its reply is
 // awaited, bounded by the Redis client's timeouts), so that permits are
@@ -124,9 +128,25 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 		return ok, 0, err
 	})
 	if errors.Is(err, errGaveUp) {
-		return fmt.Errorf("%w: semaphore %q: %d permits: %w", ErrNotObtained, s.name, n, doneErr(ctx))
+		return fmt.Errorf("%w: semaphore %q: %d permits: %w%s", ErrNotObtained, s.name, n, doneErr(ctx), s.neverSet(ctx))
 	}
 	return err
+}
+
+// neverSet returns a note for Acquire's error when the semaphore's key
+// does not exist, so that a newcomer who never set permits learns why
+// Acquire waited; "" when it exists or that cannot be told within a
+// second.
+func (s *Semaphore) neverSet(ctx context.Context) string {
+	if s.c.reach.err() != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if n, err := s.c.rdb.Exists(ctx, s.name).Result(); err != nil || n != 0 {
+		return ""
+	}
+	return " (the semaphore does not exist: it was never set up with TrySetPermits or AddPermits, or was deleted)"
 }
 
 // TryAcquire takes n permits (n > 0) if that many are available now, and

@@ -56,7 +56,18 @@ var _ sync.Locker = (*SyncLocker)(nil)
 // that Lock and Unlock cannot return (see SyncLocker); it is called from
 // the goroutine calling Lock or Unlock and must not call them. A nil
 // onError logs the errors with slog.Default at level Error.
+//
+// A nil l (or a nil *Mutex, ... in l) makes NewSyncLocker panic, with a
+// message naming the mistake, as regexp.MustCompile does on a bad
+// pattern: it is a bug in the calling code, which no retry can mend, and
+// sync.Locker's Lock has no error to return it with. Reporting it to
+// onError would leave Lock to block forever (a silent deadlock) or to
+// return without the lock (no exclusion); a panic where the SyncLocker is
+// made points at the faulty line at once.
 func NewSyncLocker(l Locker, onError func(error)) *SyncLocker {
+	if nilLocker(l) {
+		panic("dlock: NewSyncLocker with a nil Locker")
+	}
 	if onError == nil {
 		onError = func(err error) { slog.Default().Error(err.Error()) }
 	}

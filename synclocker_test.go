@@ -194,3 +194,24 @@ func TestSyncLockerClosedClient(t *testing.T) {
 		t.Error("the panicking Lock left the SyncLocker locked")
 	}
 }
+
+// TestNewSyncLockerNil: a nil Locker (or a nil *Mutex in one) is refused
+// where the SyncLocker is made, with a panic naming the mistake (see
+// NewSyncLocker), not later in Lock with a nil dereference.
+func TestNewSyncLockerNil(t *testing.T) {
+	for _, l := range []Locker{nil, (*Mutex)(nil)} {
+		var s *SyncLocker
+		func() {
+			defer func() {
+				r := recover()
+				if msg, _ := r.(string); !strings.Contains(msg, "nil Locker") {
+					t.Errorf("NewSyncLocker(%#v): recovered %v, want a panic naming the nil Locker", l, r)
+				}
+			}()
+			s = NewSyncLocker(l, nil)
+		}()
+		if s != nil {
+			t.Errorf("NewSyncLocker(%#v) returned a SyncLocker", l)
+		}
+	}
+}
