@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -340,7 +341,13 @@ func (h *handle) startGiveBack(req request) <-chan struct{} {
 			return err
 		}
 		if _, err := h.resend(ctx, until, nil, send); err != nil {
-			h.c.cfg.logger.Warn("dlock: giving back a hold failed; it expires with its lease", "lock", h.name, "error", err)
+			// Redis unreachable all along: the attempt almost surely took
+			// nothing, and an outage is reported elsewhere.
+			level := slog.LevelWarn
+			if errors.Is(err, ErrUnreachable) || dialFailed(err) {
+				level = slog.LevelDebug
+			}
+			h.c.cfg.logger.Log(ctx, level, "dlock: a failed attempt may have taken the lock; giving it back failed, so it expires with its lease", "lock", h.name, "error", err)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -209,5 +210,32 @@ func TestFirstCallUnreachable(t *testing.T) {
 				t.Fatalf("first %s on a closed port: %v, want ErrUnreachable", name, err)
 			}
 		})
+	}
+}
+
+// TestGiveBackQuietWhileUnreachable: when Redis cannot be reached at all,
+// the give-back of a failed attempt logs its failure at debug level, not
+// as a warning: nothing was taken, and the outage is the error the caller
+// already has.
+func TestGiveBackQuietWhileUnreachable(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logs syncBuf
+	c := newClient(t, rdb, WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	m := mustMutex(t, c, lockName(t), WithLease(300*time.Millisecond))
+	if _, err := m.TryLock(t.Context()); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("TryLock on a closed port: %v, want ErrUnreachable", err)
+	}
+	const line = "giving it back failed"
+	eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), line) {
+			return errors.New("the give-back has not given up yet")
+		}
+		return nil
+	})
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, line) && !strings.Contains(l, "level=DEBUG") {
+			t.Errorf("give-back failure logged above debug while Redis was unreachable: %s", l)
+		}
 	}
 }
