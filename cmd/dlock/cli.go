@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
-
-	"github.com/redis/go-redis/v9/logging"
+	"sync"
 )
 
 // usage is the text of "dlock help".
@@ -98,6 +98,9 @@ type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+
+	logOnce sync.Once
+	logs    *cliLog // the library's and go-redis's log lines; see log()
 }
 
 // command is a dlock subcommand.
@@ -130,8 +133,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func (c *cli) main(ctx context.Context, args []string) int {
 	// go-redis logs dial and pool errors on its own; dlock reports
-	// failures itself, in one line, with passwords masked.
-	logging.Disable()
+	// failures itself, in one line, with passwords masked, and shows
+	// go-redis's lines only with -v, in its own format.
+	routeRedisLog(c.log())
 	return c.report(c.dispatch(ctx, args))
 }
 
@@ -241,7 +245,20 @@ func (c *cli) parseFlags(fs *flag.FlagSet, help string, args []string) error {
 	}
 	if err != nil {
 		cmd := strings.TrimPrefix(fs.Name(), "dlock ")
-		return usageError("%s: %v; run \"dlock help %s\"", cmd, err, cmd)
+		return usageError("%s: %s; run \"dlock help %s\"", cmd, helpSpelling(err.Error()), cmd)
 	}
 	return nil
+}
+
+// flagInError is a flag name in an error of package flag, which writes
+// every flag with one dash: "invalid value ... for flag -lease",
+// "invalid boolean value ... for -json", "flag needs an argument:
+// -lease", "flag provided but not defined: -leese".
+var flagInError = regexp.MustCompile(`(for flag |for |needs an argument: |not defined: )-([A-Za-z0-9][A-Za-z0-9-]+)`)
+
+// helpSpelling rewrites the flag names in an error of package flag as
+// the help texts spell them: --lease for a long name, -w for a letter
+// (which package flag already writes so).
+func helpSpelling(msg string) string {
+	return flagInError.ReplaceAllString(msg, "${1}--${2}")
 }

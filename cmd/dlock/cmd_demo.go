@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os/signal"
 	"sync"
 	"syscall"
@@ -75,7 +76,7 @@ func (c *cli) demoCmd(ctx context.Context, args []string) error {
 	// Ctrl-C ends the demo early, but still through the cleanup below.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	d := &demo{out: c.stdout, start: time.Now(), prefix: "demo:"}
+	d := &demo{out: c.stdout, start: time.Now(), prefix: "demo:", log: c.log().slogger()}
 	if eps == nil {
 		// A throwaway redis-server on a unix socket, which needs no free port.
 		srv, err := redisserver.Start(ctx, redisserver.Config{Unix: true, TempPrefix: "dlock-demo-"})
@@ -97,7 +98,7 @@ func (c *cli) demoCmd(ctx context.Context, args []string) error {
 	}
 	d.rdb = eps[0].open()
 	defer d.rdb.Close()
-	if err := pingOne(ctx, eps[0], d.rdb); err != nil {
+	if err := pingOne(ctx, eps[0], pingTimeout); err != nil {
 		return err
 	}
 	defer d.cleanup()
@@ -133,7 +134,8 @@ type demo struct {
 	out     io.Writer
 	start   time.Time
 	prefix  string
-	mu      sync.Mutex // serialises output and clients
+	log     *slog.Logger // the Clients' logger: the CLI's (log.go)
+	mu      sync.Mutex   // serialises output and clients
 	clients []*dlock.Client
 }
 
@@ -147,7 +149,7 @@ func (d *demo) event(who, format string, args ...any) {
 // client returns a new Client, as if of another process; the demo closes
 // it at the end.
 func (d *demo) client() (*dlock.Client, error) {
-	c, err := dlock.New(d.rdb, dlock.WithWatchdogTimeout(demoWatchdog))
+	c, err := dlock.New(d.rdb, dlock.WithWatchdogTimeout(demoWatchdog), dlock.WithLogger(d.log))
 	if err != nil {
 		return nil, err
 	}

@@ -57,7 +57,9 @@ func (c *cli) holdCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, lk, err := a.open(ctx, "hold", c.stderr)
+	// --wait counts from here: it bounds the connection check too.
+	start := time.Now()
+	s, lk, err := a.open(ctx, c, "hold")
 	if err != nil {
 		return err
 	}
@@ -67,8 +69,7 @@ func (c *cli) holdCmd(ctx context.Context, args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	start := time.Now()
-	lockCtx, err := acquire(ctx, lk, a.wait, sigs)
+	lockCtx, err := acquire(ctx, lk, a.wait, start, sigs)
 	if err != nil {
 		return lockError(&a, err)
 	}
@@ -87,6 +88,7 @@ func (c *cli) holdCmd(ctx context.Context, args []string) error {
 	case <-ctx.Done():
 		why = "cancelled"
 	case <-lockCtx.Done():
+		c.log().reportedLoss()
 		return exitf(exitLockLost, "%s; no longer holding it", trimPrefix(context.Cause(lockCtx)))
 	}
 	if err := release(lk, lockCtx); err != nil {

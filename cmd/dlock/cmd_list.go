@@ -69,7 +69,7 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	pattern := a.pattern
-	s, err := openSession(a.eps)
+	s, err := openSession(c.log(), a.eps)
 	if err != nil {
 		return err
 	}
@@ -80,6 +80,9 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 	all := make([][]lockState, len(s.rdbs))
 	for i, rdb := range s.rdbs {
 		if all[i], err = listLocksAndSemaphores(ctx, rdb, pattern); err != nil {
+			return redisError("list on "+s.eps[i].display, err)
+		}
+		if err := addSubscribers(ctx, rdb, all[i]); err != nil {
 			return redisError("list on "+s.eps[i].display, err)
 		}
 		// Records from this server first; a RedLock's are on the first.
@@ -227,8 +230,8 @@ func holderSummary(st lockState) string {
 	} else {
 		parts = append(parts, fmt.Sprint(len(st.Holders)))
 	}
-	if len(st.Queue) > 0 {
-		parts = append(parts, fmt.Sprintf("%d waiting", len(st.Queue)))
+	if n := st.waiting(); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d waiting", n))
 	}
 	return strings.Join(parts, ", ")
 }

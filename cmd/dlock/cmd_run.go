@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -25,8 +24,13 @@ Takes lock NAME, runs COMMAND while holding it, releases it when COMMAND
 exits, and exits with COMMAND's exit status. Flags go before NAME; the
 first word after NAME starts COMMAND ("--" before COMMAND is accepted).
 Without --lease, a watchdog renews the lock every third of --watchdog
-while COMMAND runs, so a lock whose holder dies is free again within
---watchdog.
+while COMMAND runs, so a lock whose holder dies (kill -9, a crashed
+machine) is free again within --watchdog: 10s by default, not the
+library's 30s. A dlock process is small and has no garbage-collection
+pauses worth 30s to ride out, so the shorter lease only makes a dead
+holder's lock come back sooner; give --watchdog 30s (or more) when Redis
+or the network can stall for several seconds, since a lock not renewed
+within --watchdog is lost and COMMAND stopped.
 
 With --permits N, NAME is a permit semaphore (Redisson's
 RPermitExpirableSemaphore) instead of a lock: dlock takes one of its
@@ -58,22 +62,44 @@ Flags:
 ` + seeHelp
 
 // lockFlagsHelp documents the flags run and hold share (lockFlags).
-var lockFlagsHelp = `  -w, --wait DURATION        give up after waiting DURATION; 0 tries once.
-                             Default: wait as long as it takes
+var lockFlagsHelp = `  -w, --wait DURATION        give up after DURATION, connecting to Redis included;
+                             0 tries once. A bare number is seconds (-w 5, -w 0.5),
+                             as with flock. Default: wait as long as it takes
   -n, --nonblock             fail at once if the lock is held (same as -w 0)
+                             Redis must answer the connection check within 1s with
+                             -n, within --wait (1s to 5s) with -w, else within 5s;
+                             if not, dlock exits 4 (unreachable)
   -E, --conflict-exit-code N exit status when the lock is not obtained (default 3)
   --lease DURATION           fixed lease, no watchdog: the lock ends when it runs out
   --kind KIND                lock kind: ` + kindList + ` (default mutex)
+  -s, --shared               a shared lock, as flock -s: --kind read, a read lock of
+                             the read-write lock NAME; -s holders share NAME
+  -x, --exclusive            an exclusive lock, as flock -x: --kind write, the write
+                             lock of NAME, which excludes -s holders and other -x
+                             holders. Without -s or -x NAME is a mutex: it excludes
+                             -s and -x holders too, but a waiter of one kind is woken
+                             by a release of the other only when it next polls (at
+                             most --watchdog later), so use -x wherever -s is used
   --fencing                  take a fencing token, passed as DLOCK_TOKEN
   --watchdog DURATION        lease of a lock held without --lease; renewed every
-                             third of it (default 30s)
+                             third of it (default 10s; see "dlock help run")
   --label TEXT               what dlock status and list show for this holder, with
                              host and pid (default: COMMAND for run, "hold" for hold)
   --permits N                take a permit of the permit semaphore NAME, which has N
                              permits (set to N if it does not exist), not a lock
-  -v                         say on stderr when the lock is taken and released
+  -v                         say on stderr when the lock is taken and released, and
+                             show go-redis's own log lines ("dlock: debug: redis:
+                             connection pool: failed to dial ...")
   --redis URL                the Redis deployment; 3 or 5 times for a RedLock
 `
+
+// cliWatchdogTimeout is the lease of a lock that run and hold take
+// without --lease: a third of the library's DefaultWatchdogTimeout, so
+// that the lock of a dlock killed with SIGKILL is free again within 10s
+// (flock's lock goes with its process at once). The library's 30s allows
+// for long garbage-collection pauses of big services; a dlock process has
+// none worth that.
+const cliWatchdogTimeout = 10 * time.Second
 
 // kindList is how the usage texts list the kinds.
 var kindList = strings.Join(kinds, " | ")
@@ -90,7 +116,10 @@ type lockFlags struct {
 	nonblock     bool
 	conflictCode int
 	lease        optDuration
-	kind         string
+	kind         string    // --kind, or what -s or -x stands for; mutex by default
+	kindFlag     optString // --kind as given
+	shared       bool      // -s: --kind read, as flock -s
+	exclusive    bool      // -x: --kind write, as flock -x
 	fencing      bool
 	watchdog     time.Duration
 	verbose      bool
@@ -109,9 +138,13 @@ func (a *lockFlags) define(fs *flag.FlagSet) {
 	fs.IntVar(&a.conflictCode, "conflict-exit-code", exitNotObtained, "")
 	fs.IntVar(&a.conflictCode, "E", exitNotObtained, "")
 	fs.Var(&a.lease, "lease", "")
-	fs.StringVar(&a.kind, "kind", "mutex", "")
+	fs.Var(&a.kindFlag, "kind", "")
+	fs.BoolVar(&a.shared, "shared", false, "")
+	fs.BoolVar(&a.shared, "s", false, "")
+	fs.BoolVar(&a.exclusive, "exclusive", false, "")
+	fs.BoolVar(&a.exclusive, "x", false, "")
 	fs.BoolVar(&a.fencing, "fencing", false, "")
-	fs.DurationVar(&a.watchdog, "watchdog", dlock.DefaultWatchdogTimeout, "")
+	fs.Var(newDurationFlag(&a.watchdog, cliWatchdogTimeout), "watchdog", "")
 	fs.BoolVar(&a.verbose, "v", false, "")
 	fs.Var(&a.label, "label", "")
 	fs.Var(&a.permits, "permits", "")
@@ -119,6 +152,20 @@ func (a *lockFlags) define(fs *flag.FlagSet) {
 
 // check validates the flags once parsed, and reads the endpoints.
 func (a *lockFlags) check(c *cli, cmd string) error {
+	kindFrom := "--kind " + a.kindFlag.s
+	a.kind = a.kindFlag.s
+	switch {
+	case a.shared && a.exclusive:
+		return usageError("%s: -s (--shared) and -x (--exclusive) cannot be combined", cmd)
+	case (a.shared || a.exclusive) && a.kindFlag.set:
+		return usageError("%s: -s and -x choose the kind (read, write); give them without --kind", cmd)
+	case a.shared:
+		a.kind, kindFrom = "read", "-s"
+	case a.exclusive:
+		a.kind, kindFrom = "write", "-x"
+	case !a.kindFlag.set:
+		a.kind = "mutex"
+	}
 	switch {
 	case a.nonblock && a.wait.set:
 		return usageError("%s: -n (--nonblock) and -w (--wait) cannot be combined", cmd)
@@ -129,12 +176,15 @@ func (a *lockFlags) check(c *cli, cmd string) error {
 	case a.permits.set && a.permits.n < 1:
 		return usageError("%s: --permits must be at least 1", cmd)
 	case a.permits.set && a.kind != "mutex":
-		return usageError("%s: --permits takes a permit of a semaphore; --kind %s names a lock", cmd, a.kind)
+		return usageError("%s: --permits takes a permit of a semaphore; %s names a lock", cmd, kindFrom)
 	case a.permits.set && a.fencing:
 		return usageError("%s: --fencing is for locks; a permit has no fencing token", cmd)
 	}
 	if a.nonblock {
 		a.wait = optDuration{set: true}
+	}
+	if a.verbose {
+		c.log().verbose()
 	}
 	var err error
 	a.eps, err = c.endpoints(a.conn)
@@ -172,7 +222,7 @@ func (c *cli) parseRun(args []string) (runArgs, error) {
 	var shell optString
 	fs.Var(&shell, "c", "")
 	fs.Var(&shell, "command", "")
-	fs.DurationVar(&a.grace, "grace", 5*time.Second, "")
+	fs.Var(newDurationFlag(&a.grace, 5*time.Second), "grace", "")
 	if defineHook != nil {
 		defineHook(fs)
 	}
@@ -210,9 +260,6 @@ func (c *cli) parseRun(args []string) (runArgs, error) {
 	default:
 		a.argv = rest
 	}
-	if a.grace < 0 {
-		return a, usageError("run: --grace must not be negative")
-	}
 	if !a.label.set {
 		a.label.s = commandLabel(a.argv)
 	}
@@ -225,7 +272,9 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	name, argv := a.name, a.argv
-	s, lk, err := a.open(ctx, "run", c.stderr)
+	// --wait counts from here: it bounds the connection check too.
+	start := time.Now()
+	s, lk, err := a.open(ctx, c, "run")
 	if err != nil {
 		return err
 	}
@@ -237,8 +286,7 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 
-	start := time.Now()
-	lockCtx, err := acquire(ctx, lk, a.wait, sigs)
+	lockCtx, err := acquire(ctx, lk, a.wait, start, sigs)
 	if err != nil {
 		return lockError(&a.lockFlags, err)
 	}
@@ -276,9 +324,9 @@ func (c *cli) runCmd(ctx context.Context, args []string) error {
 	return &exitError{code: code}
 }
 
-// acquire takes the lock: once with --wait 0, for up to --wait with a
-// positive one, else as long as it takes. A signal aborts the wait.
-func acquire(ctx context.Context, lk locker, wait optDuration, sigs <-chan os.Signal) (context.Context, error) {
+// acquire takes the lock: once with --wait 0, until --wait after start
+// with a positive one, else as long as it takes. A signal aborts the wait.
+func acquire(ctx context.Context, lk locker, wait optDuration, start time.Time, sigs <-chan os.Signal) (context.Context, error) {
 	sigCtx, cancel := context.WithCancelCause(ctx)
 	watched := make(chan struct{})
 	go func() {
@@ -292,7 +340,7 @@ func acquire(ctx context.Context, lk locker, wait optDuration, sigs <-chan os.Si
 	waitCtx := sigCtx
 	if wait.set && wait.d > 0 {
 		var stop context.CancelFunc
-		waitCtx, stop = context.WithTimeout(sigCtx, wait.d)
+		waitCtx, stop = context.WithDeadline(sigCtx, start.Add(wait.d))
 		defer stop()
 	}
 	var lockCtx context.Context
@@ -324,17 +372,17 @@ func (e signalError) Error() string { return "interrupted by " + signalName(e.si
 // open connects to Redis and returns the session and the lock the flags
 // name: with --permits, a permit semaphore, set up if new (notes go to
 // stderr).
-func (a *lockFlags) open(ctx context.Context, cmd string, stderr io.Writer) (*session, locker, error) {
-	s, err := openSession(a.eps, dlock.WithWatchdogTimeout(a.watchdog), dlock.WithClientName(a.label.s))
+func (a *lockFlags) open(ctx context.Context, c *cli, cmd string) (*session, locker, error) {
+	s, err := openSession(c.log(), a.eps, dlock.WithWatchdogTimeout(a.watchdog), dlock.WithClientName(a.label.s))
 	if err != nil {
 		return nil, nil, err
 	}
 	if a.permits.set {
-		if err := s.ping(ctx); err != nil {
+		if err := a.ping(ctx, s); err != nil {
 			s.close()
 			return nil, nil, err
 		}
-		lk, err := a.openPermits(ctx, s, stderr)
+		lk, err := a.openPermits(ctx, s, c.stderr)
 		if err != nil {
 			s.close()
 			return nil, nil, optionError(cmd, err)
@@ -346,11 +394,31 @@ func (a *lockFlags) open(ctx context.Context, cmd string, stderr io.Writer) (*se
 		s.close()
 		return nil, nil, optionError(cmd, err)
 	}
-	if err := s.ping(ctx); err != nil {
+	if err := a.ping(ctx, s); err != nil {
 		s.close()
 		return nil, nil, err
 	}
 	return s, lk, nil
+}
+
+// ping checks the connection within the time the flags allow: -n (or
+// --wait 0) allows minPingTimeout, --wait D allows D (at least
+// minPingTimeout, at most pingTimeout), so that a Redis that accepts
+// connections and never answers does not hold dlock longer than asked;
+// without either, pingTimeout. The servers of a RedLock share it.
+func (a *lockFlags) ping(ctx context.Context, s *session) error {
+	timeout := a.pingTimeout()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return s.pingWithin(ctx, timeout)
+}
+
+// pingTimeout is the time the flags allow the connection check.
+func (a *lockFlags) pingTimeout() time.Duration {
+	if !a.wait.set {
+		return pingTimeout
+	}
+	return min(max(a.wait.d, minPingTimeout), pingTimeout)
 }
 
 // maxLabel is the longest label dlock sets from a command line, in bytes
@@ -429,6 +497,7 @@ func quorumNote(err error) string {
 // lockLost stops COMMAND after the lock (what: `lock "NAME"`) was lost
 // under it.
 func (c *cli) lockLost(lockCtx context.Context, what, cmd string, ch *child, grace time.Duration, sigs <-chan os.Signal) error {
+	c.log().reportedLoss()
 	fmt.Fprintf(c.stderr, "dlock: %s; stopping %s: SIGTERM now, SIGKILL in %v\n", trimPrefix(context.Cause(lockCtx)), cmd, grace)
 	if ch.stop(grace, sigs) {
 		fmt.Fprintf(c.stderr, "dlock: %s did not exit within %v of SIGTERM; killed it\n", cmd, grace)

@@ -65,7 +65,7 @@ func (c *cli) statusCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	name := a.name
-	s, states, err := openAndInspect(ctx, "status", a.eps, name)
+	s, states, err := c.openAndInspect(ctx, "status", a.eps, name)
 	if err != nil {
 		return err
 	}
@@ -101,8 +101,8 @@ func (c *cli) statusCmd(ctx context.Context, args []string) error {
 
 // openAndInspect connects to the servers, checks the name and reads the
 // lock on each; the caller closes the session.
-func openAndInspect(ctx context.Context, cmd string, eps []endpoint, name string) (*session, []lockState, error) {
-	s, err := openSession(eps)
+func (c *cli) openAndInspect(ctx context.Context, cmd string, eps []endpoint, name string) (*session, []lockState, error) {
+	s, err := openSession(c.log(), eps)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -134,6 +134,9 @@ func inspectAll(ctx context.Context, s *session, name string) ([]lockState, erro
 			return nil, redisError(fmt.Sprintf("reading lock %q on %s", name, s.eps[i].display), err)
 		}
 		states[i] = st
+		if err := addSubscribers(ctx, rdb, states[i:i+1]); err != nil {
+			return nil, redisError(fmt.Sprintf("reading lock %q on %s", name, s.eps[i].display), err)
+		}
 	}
 	// A RedLock's holder has its record on the first server.
 	addClients(ctx, s.rdbs, states)
@@ -165,6 +168,13 @@ func printStatus(w io.Writer, st lockState) {
 		fmt.Fprintf(tw, "state\tfree, %d waiting\n", len(st.Queue))
 	default:
 		fmt.Fprintf(tw, "state\tfree\n")
+	}
+	if st.Subscribed > 0 {
+		procs := "1 process"
+		if st.Subscribed > 1 {
+			procs = strconv.FormatInt(st.Subscribed, 10) + " processes"
+		}
+		fmt.Fprintf(tw, "waiting\t%s subscribed to its unlock channel (mutex or read-write waiters)\n", procs)
 	}
 	if st.Token != nil {
 		fmt.Fprintf(tw, "fencing token\t%d (the last one issued)\n", *st.Token)

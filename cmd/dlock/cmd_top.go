@@ -26,10 +26,10 @@ lease left and waiters, the most waited-for first, refreshed every second
 until q or Ctrl-C (any other key refreshes at once). Locks are found with SCAN, as by dlock list, so the view
 does not block Redis.
 
-WAITERS is a fair lock's queue length; for other locks it is the number of
-connections subscribed to the lock's unlock channel: one per process with
-waiting Lock calls (a dlock Client shares one connection among its
-waiters; Redisson likewise). HOLDER is the first holder's owner field,
+WAITERS is a fair lock's queue length plus the number of connections
+subscribed to the lock's unlock channel: one per process with waiting
+mutex or read-write Lock calls (a dlock Client shares one connection among
+its waiters; Redisson likewise). dlock status and list count the same. HOLDER is the first holder's owner field,
 "<client id>:<n>", its client id cut to 8 digits (--once --json has it
 whole). HELD BY is what that holder's dlock Client recorded about itself
 (program, host, pid, start) and how many other owners hold the lock, as
@@ -58,7 +58,7 @@ func (c *cli) parseTop(args []string) (topArgs, error) {
 	fs := newFlagSet("top")
 	conn := addConnFlags(fs)
 	a := topArgs{pattern: "*"}
-	fs.DurationVar(&a.interval, "interval", time.Second, "")
+	fs.Var(newDurationFlag(&a.interval, time.Second), "interval", "")
 	fs.BoolVar(&a.once, "once", false, "")
 	fs.BoolVar(&a.asJSON, "json", false, "")
 	pos, err := c.parse(fs, topUsage, args)
@@ -102,7 +102,7 @@ func (c *cli) topCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := openSession(a.eps)
+	s, err := openSession(c.log(), a.eps)
 	if err != nil {
 		return err
 	}
@@ -204,28 +204,18 @@ func topView(ctx context.Context, s *session, pattern string) ([]topServer, erro
 // most waiters first, then most holds, then by name.
 func withWaiters(ctx context.Context, rdb redis.UniversalClient, locks []lockState) ([]topLock, error) {
 	rows := make([]topLock, len(locks))
-	var channels []string
 	for i, st := range locks {
 		rows[i] = topLock{lockState: st}
 		for _, h := range st.Holders {
 			rows[i].Holds += h.Holds
 		}
-		if st.Kind == "fair" {
-			rows[i].Waiters = int64(len(st.Queue))
-		} else {
-			channels = append(channels, lockChannel(st))
-		}
 	}
-	if len(channels) > 0 {
-		subs, err := subscribers(ctx, rdb, channels)
-		if err != nil {
-			return nil, err
-		}
-		for i := range rows {
-			if rows[i].Kind != "fair" {
-				rows[i].Waiters = subs[lockChannel(rows[i].lockState)]
-			}
-		}
+	if err := addSubscribers(ctx, rdb, locks); err != nil {
+		return nil, err
+	}
+	for i, st := range locks {
+		rows[i].lockState = st
+		rows[i].Waiters = st.waiting()
 	}
 	slices.SortFunc(rows, func(a, b topLock) int {
 		return cmp.Or(cmp.Compare(b.Waiters, a.Waiters), cmp.Compare(b.Holds, a.Holds), strings.Compare(a.Name, b.Name))
@@ -233,8 +223,38 @@ func withWaiters(ctx context.Context, rdb redis.UniversalClient, locks []lockSta
 	return rows, nil
 }
 
-// lockChannel is the channel a lock's waiters subscribe to (Redisson's
-// names, which dlock shares).
+// addSubscribers sets the Subscribed count of each lock in locks (not of
+// semaphores), in one PUBSUB NUMSUB.
+func addSubscribers(ctx context.Context, rdb redis.UniversalClient, locks []lockState) error {
+	var channels []string
+	for _, st := range locks {
+		if st.Semaphore == nil {
+			channels = append(channels, lockChannel(st))
+		}
+	}
+	if len(channels) == 0 {
+		return nil
+	}
+	subs, err := subscribers(ctx, rdb, channels)
+	if err != nil {
+		return err
+	}
+	for i := range locks {
+		if locks[i].Semaphore == nil {
+			locks[i].Subscribed = subs[lockChannel(locks[i])]
+		}
+	}
+	return nil
+}
+
+// waiting is how many wait for the lock: the fair queue, plus the
+// connections subscribed to its unlock channel (mutex and read-write
+// waiters, one per process), since one lock name can have both.
+func (st lockState) waiting() int64 { return int64(len(st.Queue)) + st.Subscribed }
+
+// lockChannel is the channel a lock's mutex or read-write waiters
+// subscribe to (Redisson's names, which dlock shares); a fair waiter has
+// a channel of its own.
 func lockChannel(st lockState) string {
 	if st.Kind == "rwlock" {
 		return layout.Prefixed(layout.RWChannelPrefix, st.Name)

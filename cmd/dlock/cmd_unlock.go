@@ -59,7 +59,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	name := a.name
-	s, states, err := openAndInspect(ctx, "unlock", a.eps, name)
+	s, states, err := c.openAndInspect(ctx, "unlock", a.eps, name)
 	if err != nil {
 		return err
 	}

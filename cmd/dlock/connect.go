@@ -18,6 +18,10 @@ const (
 	defaultRedisURL = "redis://127.0.0.1:6379"
 	// pingTimeout bounds the first contact with each Redis deployment.
 	pingTimeout = 5 * time.Second
+	// minPingTimeout bounds it for run and hold with -n, or with a
+	// --wait shorter than that: a Redis that answers at all answers a
+	// PING within it, even over TLS across regions.
+	minPingTimeout = time.Second
 	// masked replaces passwords in everything dlock prints.
 	masked = "xxxxx"
 )
@@ -41,6 +45,12 @@ type endpoint struct {
 	secrets []string // passwords, scrubbed from every error message
 	db      int      // the database number of a single server
 	open    func() redis.UniversalClient
+	// openPing opens a client like open's that keeps to its context's
+	// deadline (ContextTimeoutEnabled), for the connection check: without
+	// it go-redis waits up to its 5s dial timeout for a server that
+	// accepts and never answers, whatever the deadline. Nil: open's
+	// clients serve.
+	openPing func() redis.UniversalClient
 }
 
 // endpoints returns the deployments named by --redis, else by
@@ -63,6 +73,7 @@ func (c *cli) endpoints(f *connFlags) ([]endpoint, error) {
 			return nil, err
 		}
 		eps[i] = ep
+		c.log().addSecrets(ep.secrets)
 	}
 	return eps, nil
 }
@@ -108,6 +119,11 @@ func parseEndpoint(raw string) (endpoint, error) {
 			return endpoint{}, usageError("invalid Redis URL %s: empty master_name", ep.display)
 		}
 		ep.open = func() redis.UniversalClient { return redis.NewFailoverClient(opt) }
+		ep.openPing = func() redis.UniversalClient {
+			o := *opt
+			o.ContextTimeoutEnabled = true
+			return redis.NewFailoverClient(&o)
+		}
 	case q.Has("addr") || q.Has("cluster"):
 		ep.mode = "cluster"
 		if v := q.Get("cluster"); q.Has("cluster") && v != "true" && v != "1" {
@@ -121,6 +137,11 @@ func parseEndpoint(raw string) (endpoint, error) {
 			return endpoint{}, bad(err)
 		}
 		ep.open = func() redis.UniversalClient { return redis.NewClusterClient(opt) }
+		ep.openPing = func() redis.UniversalClient {
+			o := *opt
+			o.ContextTimeoutEnabled = true
+			return redis.NewClusterClient(&o)
+		}
 	default:
 		ep.mode = "server"
 		opt, err := redis.ParseURL(u.String())
@@ -129,6 +150,11 @@ func parseEndpoint(raw string) (endpoint, error) {
 		}
 		ep.db = opt.DB
 		ep.open = func() redis.UniversalClient { return redis.NewClient(opt) }
+		ep.openPing = func() redis.UniversalClient {
+			o := *opt
+			o.ContextTimeoutEnabled = true
+			return redis.NewClient(&o)
+		}
 	}
 	return ep, nil
 }
@@ -215,20 +241,30 @@ func (ep endpoint) scrub(msg string) string {
 	return msg
 }
 
-// pingOne checks that rdb answers and accepts the credentials, so that a
+// pingOne checks that ep answers and accepts the credentials, so that a
 // wrong address or password is reported before anything else happens.
-func pingOne(ctx context.Context, ep endpoint, rdb redis.UniversalClient) error {
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+// timeout (or ctx's deadline, if sooner) bounds the wait for the answer:
+// the PING goes through a client of its own, opened by ep.openPing and
+// closed before pingOne returns.
+func pingOne(ctx context.Context, ep endpoint, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	open := ep.openPing
+	if open == nil { // the demo's own redis-server
+		open = ep.open
+	}
+	rdb := open()
+	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return ep.connError(err)
+		return ep.connError(err, timeout)
 	}
 	return nil
 }
 
-// connError classifies a failed first contact: refused credentials (exit
-// 5) or anything else that kept dlock from talking to Redis (exit 4).
-func (ep endpoint) connError(err error) error {
+// connError classifies a failed first contact, which had timeout to
+// answer: refused credentials (exit 5) or anything else that kept dlock
+// from talking to Redis (exit 4).
+func (ep endpoint) connError(err error, timeout time.Duration) error {
 	msg := strings.TrimSpace(ep.scrub(err.Error()))
 	switch {
 	case redis.IsAuthError(err) || redis.IsPermissionError(err):
@@ -237,9 +273,9 @@ func (ep endpoint) connError(err error) error {
 		// SELECT failed: the server answers but has fewer databases.
 		return usageError("Redis at %s has no database %d (the server's \"databases\" setting is lower; it said: %s)", ep.display, ep.db, msg)
 	case errors.Is(err, context.DeadlineExceeded) && ep.mode == "sentinel":
-		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer from the sentinels or the master within %v", ep.display, pingTimeout)
+		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer from the sentinels or the master within %v", ep.display, timeout)
 	case errors.Is(err, context.DeadlineExceeded):
-		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer within %v (a TLS server needs rediss://, a plain one redis://)", ep.display, pingTimeout)
+		return exitf(exitUnreachable, "cannot reach Redis at %s: no answer within %v (a TLS server needs rediss://, a plain one redis://)", ep.display, timeout)
 	case errors.Is(err, context.Canceled):
 		return exitf(exitFailure, "connecting to Redis at %s: interrupted", ep.display)
 	}

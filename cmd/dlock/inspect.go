@@ -33,6 +33,11 @@ type lockState struct {
 	Holders []holder `json:"holders"`
 	// Queue is a fair lock's waiters, head first.
 	Queue []waiter `json:"queue,omitempty"`
+	// Subscribed is the number of connections subscribed to the lock's
+	// unlock channel (addSubscribers): the processes with Lock calls
+	// waiting for it as a mutex or a read-write lock, one connection per
+	// dlock Client or Redisson client. Fair waiters are in Queue instead.
+	Subscribed int64 `json:"subscribed,omitempty"`
 	// Semaphore is set when NAME is a semaphore (Kind "semaphore" or
 	// "permit-semaphore"): its permits. TTL is then the lease left of the
 	// permit that expires first.

@@ -193,7 +193,7 @@ func TestRunPermitsUsage(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--permits", "0"}, "run: --permits must be at least 1"},
-		{[]string{"--permits", "x"}, `invalid value "x" for flag -permits: not a whole number`},
+		{[]string{"--permits", "x"}, `invalid value "x" for flag --permits: not a whole number`},
 		{[]string{"--permits", "2", "--kind", "read"}, "run: --permits takes a permit of a semaphore; --kind read names a lock"},
 		{[]string{"--permits", "2", "--fencing"}, "run: --fencing is for locks"},
 	} {

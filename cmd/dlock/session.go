@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -20,8 +21,10 @@ type session struct {
 
 // openSession creates the clients without talking to Redis yet, so that
 // usage errors come first; ping checks the connection.
-func openSession(eps []endpoint, opts ...dlock.Option) (*session, error) {
+// The Clients log through log (dlock.WithLogger), before opts.
+func openSession(log *cliLog, eps []endpoint, opts ...dlock.Option) (*session, error) {
 	s := &session{eps: eps}
+	opts = append([]dlock.Option{dlock.WithLogger(log.slogger())}, opts...)
 	for _, ep := range eps {
 		rdb := ep.open()
 		s.rdbs = append(s.rdbs, rdb)
@@ -43,10 +46,16 @@ func (s *session) validName(cmd, name string) error {
 	return nil
 }
 
-// ping checks that every endpoint answers and accepts the credentials.
+// ping checks that every endpoint answers and accepts the credentials,
+// each within pingTimeout.
 func (s *session) ping(ctx context.Context) error {
-	for i, ep := range s.eps {
-		if err := pingOne(ctx, ep, s.rdbs[i]); err != nil {
+	return s.pingWithin(ctx, pingTimeout)
+}
+
+// pingWithin is ping with timeout for each endpoint.
+func (s *session) pingWithin(ctx context.Context, timeout time.Duration) error {
+	for _, ep := range s.eps {
+		if err := pingOne(ctx, ep, timeout); err != nil {
 			return err
 		}
 	}
