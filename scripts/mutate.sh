@@ -8,10 +8,13 @@
 #
 #   scripts/mutate.sh            # every mutation (make mutate)
 #   scripts/mutate.sh fence      # the mutations whose name contains "fence"
+#   scripts/mutate.sh --check    # only check that every mutation applies
 #
 # Each mutation is one literal text replacement in one file, which must
-# match exactly once. The copies live under $MUTATE_DIR (default: a fresh
-# temporary directory) and are removed at the end.
+# match exactly once. The mutations are applied one at a time to one copy
+# of the tree, so that go's build cache spares what a mutation leaves
+# unchanged; the copy lives under $MUTATE_DIR (default: a fresh temporary
+# directory) and is removed at the end.
 set -uo pipefail
 # The braces make bash read the whole script before it runs any of it, so
 # that an edit of this file during a run cannot change the run.
@@ -482,6 +485,19 @@ failed() {
 }
 
 status=0
+# --check: only tell whether every mutation still applies (its text is
+# found exactly once), without running any test.
+if [[ $filter == --check ]]; then
+  for k in "${!m_name[@]}"; do
+    n=$(FROM="${m_from[k]}" perl -0ne 'BEGIN{$n=0} $n += () = /\Q$ENV{FROM}\E/g; END{print $n}' "$root/${m_file[k]}")
+    if [[ $n != 1 ]]; then
+      echo "NOT APPLIED (found $n times): ${m_name[k]} (${m_file[k]})"
+      status=1
+    fi
+  done
+  echo "${#m_name[@]} mutations checked"
+  exit $status
+fi
 # Baseline: the tests named above must pass on the unmutated tree, or a
 # failure under a mutation says nothing.
 declare -A base=()
@@ -522,7 +538,6 @@ for pkg in "${!base[@]}"; do
     fi
   done
 done
-rm -rf "$work/base"
 
 rows=()
 i=0
@@ -530,34 +545,34 @@ for k in "${!m_name[@]}"; do
   name=${m_name[k]} file=${m_file[k]} from=${m_from[k]} to=${m_to[k]} pkg=${m_pkg[k]} tests=${m_tests[k]}
   [[ -z $filter || $name == *$filter* ]] || continue
   i=$((i + 1))
-  dir="$work/m$i"
-  copy "$dir"
+  dir="$work/base" out="$work/m$i.out"
+  cp "$dir/$file" "$work/original"
   n=$(FROM="$from" perl -0ne 'BEGIN{$n=0} $n += () = /\Q$ENV{FROM}\E/g; END{print $n}' "$dir/$file")
   if [[ $n != 1 ]]; then
     rows+=("| $name | \`$file\` | $tests | NOT APPLIED (found $n times) |")
     status=1
-    rm -rf "$dir"
     continue
   fi
   FROM="$from" TO="$to" perl -0pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$dir/$file"
   echo "mutation $i: $name ($file) -> go test -run '$tests' $pkg"
   start=$SECONDS
-  if runtests "$dir" "$pkg" "$tests" "$dir.out" && ! ran "$dir.out" "$tests"; then
+  if runtests "$dir" "$pkg" "$tests" "$out" && ! ran "$out" "$tests"; then
     rows+=("| $name | \`$file\` | \`$tests\` | NO TEST RAN (fix the list) |")
     status=1
-  elif runtests_ok=$(grep -c -- '--- FAIL' "$dir.out"); [[ $runtests_ok == 0 ]] && ! grep -q '^FAIL' "$dir.out"; then
+  elif runtests_ok=$(grep -c -- '--- FAIL' "$out"); [[ $runtests_ok == 0 ]] && ! grep -q '^FAIL' "$out"; then
     rows+=("| $name | \`$file\` | \`$tests\` | **SURVIVED** |")
     status=1
-  elif grep -q -- '--- FAIL' "$dir.out"; then
-    rows+=("| $name | \`$file\` | $tests | caught by $(failed "$dir.out") ($((SECONDS - start)) s) |")
-  elif grep -q '^panic: ' "$dir.out"; then
-    rows+=("| $name | \`$file\` | $tests | caught: $(grep -m1 '^panic: ' "$dir.out" | cut -c1-60) ($((SECONDS - start)) s) |")
+  elif grep -q -- '--- FAIL' "$out"; then
+    rows+=("| $name | \`$file\` | $tests | caught by $(failed "$out") ($((SECONDS - start)) s) |")
+  elif grep -q '^panic: ' "$out"; then
+    rows+=("| $name | \`$file\` | $tests | caught: $(grep -m1 '^panic: ' "$out" | cut -c1-60) ($((SECONDS - start)) s) |")
   else
     # A build failure is no catch: the mutation must compile.
-    rows+=("| $name | \`$file\` | $tests | BROKEN (no test failed: $(grep -m1 -vE '^(FAIL|ok|#)' "$dir.out" | cut -c1-80)) |")
+    rows+=("| $name | \`$file\` | $tests | BROKEN (no test failed: $(grep -m1 -vE '^(FAIL|ok|#)' "$out" | cut -c1-80)) |")
     status=1
   fi
-  rm -rf "$dir" "$dir.out"
+  cp "$work/original" "$dir/$file" # the next mutation starts from the tree as it is
+  rm -f "$out"
 done
 
 echo
