@@ -407,6 +407,17 @@ func (k *contract) forceUnlock(name string) {
 	if !errors.Is(context.Cause(l), ErrLockLost) {
 		t.Errorf("cause = %v, want ErrLockLost", context.Cause(l))
 	}
+	// Unlock returns once the lock is released where it must be (a
+	// RedLock's at a quorum): a last node's release may still be on its
+	// way. The lock is free once no server has its keys.
+	eventually(t, 5*time.Second, func() error {
+		for _, a := range k.admins {
+			if n, err := a.Exists(ctx, k.keys(name)...).Result(); err != nil || n != 0 {
+				return fmt.Errorf("%s: %d of the lock's keys left (%v)", a.Options().Addr, n, err)
+			}
+		}
+		return nil
+	})
 	if ok, err := f.ForceUnlock(ctx); ok || err != nil {
 		t.Errorf("ForceUnlock of a free lock = %v, %v; want false", ok, err)
 	}
