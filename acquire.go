@@ -458,11 +458,15 @@ func (w *waiter) subscribe(ctx context.Context, channel string) (*pubsub.Waiter,
 	}
 }
 
-// wait sleeps in the lock's queue, if the kind hands over, until wake,
-// the timer, a hand-over or the end of ctx. A release of this Client that
+// wait sleeps in the lock's queue, if the kind hands over, until wake
+// (see wakeUps: Ready at the first sleep, then the unlock messages), the
+// timer, a hand-over or the end of ctx. A release of this Client that
 // chose the waiter but freed the lock instead, for other processes' turn,
-// puts it back in the queue: it waits for the unlock message like the
-// waiters of every other process, rather than race them from up close.
+// puts it back in the queue if it was not woken already: it then waits
+// for the unlock message like the waiters of every other process, rather
+// than race them from up close. A waiter that wake or the timer woke
+// before it was told of the free returns at once, to try again: the
+// message it would wait for came already.
 func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 	if w.hands && w.place == nil {
 		w.place = w.h.newPlace(w.req)
@@ -475,7 +479,7 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 			granted = w.place.grant
 		}
 		var g grant
-		woken := false // by the unlock message or the timer: used up
+		woken := false // by wake (Ready at the first sleep, else the unlock message) or the timer: used up
 		select {
 		case <-wake:
 			woken = true

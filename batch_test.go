@@ -477,9 +477,7 @@ func TestBatchedScriptsKeepTheirErrors(t *testing.T) {
 		return nil
 	})
 	b.passOn() // a batch "on the wire" returns: the first queued sends all
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	recv(t, done, 10*time.Second, "the batched TryLocks returning")
+	awaitGroup(t, &wg, 10*time.Second, "the batched TryLocks returning")
 	unfill(b)
 
 	if got := acquires.take(); !slices.Equal(got, []int{n}) {

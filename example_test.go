@@ -87,8 +87,12 @@ func ExampleWithLease() {
 	m, _ := locks.NewMutex("example:lease", dlock.WithLease(50*time.Millisecond))
 
 	lockCtx, _ := m.Lock(ctx)
-	<-lockCtx.Done() // nobody renews a fixed lease
-	fmt.Println(errors.Is(context.Cause(lockCtx), dlock.ErrLockLost))
+	select {
+	case <-lockCtx.Done(): // nobody renews a fixed lease
+		fmt.Println(errors.Is(context.Cause(lockCtx), dlock.ErrLockLost))
+	case <-time.After(10 * time.Second):
+		fmt.Println("the lock outlived its 50ms lease by 10s")
+	}
 	// Output: true
 }
 

@@ -15,7 +15,7 @@ import (
 // lock and publishes. Without the bound the lock would never be free and
 // the other Client would wait as long as the first one is busy.
 func TestHandoffBoundLetsOthersIn(t *testing.T) {
-	ctx := t.Context()
+	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
 	m := mustMutex(t, newClient(t, nil), name)
 	var (
@@ -45,7 +45,7 @@ func TestHandoffBoundLetsOthersIn(t *testing.T) {
 	}
 	defer func() {
 		stop.Store(true)
-		wg.Wait()
+		awaitGroup(t, &wg, time.Minute, "the first Client's goroutines stopping")
 		close(errs)
 		for err := range errs {
 			t.Error(err)

@@ -1,14 +1,18 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -398,18 +402,96 @@ func TestHandedLockLease(t *testing.T) {
 // unlock message wakes it before or after the release tells it the lock
 // was freed. A waiter that waited for the message again, after using it
 // up, would sleep until its timer (the 30 s lease) with the lock free.
-// The two orders race, so the chain runs 10 times; each Lock must come
-// within 5 s.
+// In rounds 0 and 2 a hook (freeOrder) makes the message come first, the
+// order that strands such a waiter; in rounds 1 and 3 the two race. Each
+// Lock must come within 5 s.
 func TestFreedWaiterNotStranded(t *testing.T) {
 	ctx := t.Context()
 	name := lockName(t)
-	m := mustMutex(t, newClient(t, nil), name)
+	rdb := newRedis(t)
+	order := &freeOrder{key: name}
+	rdb.AddHook(order)
+	m := mustMutex(t, newClient(t, rdb), name)
 	w := watchPublishes(t, m.kind.channel(""), true)
-	for round := range 10 {
+	for round := range 4 {
+		forced := round%2 == 0
+		order.on.Store(forced)
+		before := order.held.Load()
 		first := mustLock(t, ctx, m)
-		pubs, order := handChain(t, m, first, nil, 5, w)
+		pubs, locks := handChain(t, m, first, nil, 5, w)
 		if want := []bool{false, false, false, false, true, true}; !slices.Equal(pubs, want) {
-			t.Fatalf("round %d: releases that published: %v, want %v; order %v", round, pubs, want, order)
+			t.Fatalf("round %d: releases that published: %v, want %v; order %v", round, pubs, want, locks)
+		}
+		if n := order.held.Load() - before; forced && n != 1 {
+			t.Fatalf("round %d: %d releases freed the lock after the waiter they chose was woken by the message (%d were not within 5 s), want 1", round, n, order.missed.Load())
 		}
 	}
+}
+
+// freeOrder is a go-redis hook for the Redis client of a Client whose
+// releases hand its lock over. While on, after the reply of a release
+// that chose a waiter of the Client and freed the lock instead
+// (lock_release_to.lua answering {1, 0}: it published the unlock message)
+// it holds the reply back, for 5 s at most, until that waiter sleeps in
+// handedOver, waiting for the release's word: with its 30 s timer and its
+// ctx live, only the unlock message gets it there first. The release then
+// tells the waiter that it freed the lock after the message woke it. held
+// counts the releases so ordered, missed those whose waiter did not get
+// there within 5 s.
+type freeOrder struct {
+	key          string
+	on           atomic.Bool
+	held, missed atomic.Int32
+}
+
+func (o *freeOrder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (o *freeOrder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		o.check(cmd, err)
+		return err
+	}
+}
+
+func (o *freeOrder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			o.check(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
+// check waits, if cmd (with the reply's error err) is a release of o.key
+// that chose a waiter and freed the lock, until the waiter sleeps in
+// handedOver.
+func (o *freeOrder) check(cmd redis.Cmder, err error) {
+	args := cmd.Args()
+	c, ok := cmd.(*redis.Cmd)
+	if !o.on.Load() || err != nil || !ok || len(args) < 4 || args[3] != o.key ||
+		args[1] != scripts.LockReleaseTo.Hash() && args[1] != scripts.Source(scripts.LockReleaseTo) {
+		return
+	}
+	if res, err := c.Int64Slice(); err != nil || !slices.Equal(res, []int64{1, 0}) {
+		return // handed over, or not freed
+	}
+	if sleepsIn("dlock.(*waiter).handedOver(", 5*time.Second) {
+		o.held.Add(1)
+	} else {
+		o.missed.Add(1)
+	}
+}
+
+// sleepsIn reports whether a goroutine's stack shows a call of fn within
+// timeout.
+func sleepsIn(fn string, timeout time.Duration) bool {
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if n := runtime.Stack(buf, true); bytes.Contains(buf[:n], []byte(fn)) {
+			return true
+		}
+	}
+	return false
 }

@@ -30,7 +30,6 @@ func TestHandOverMinimalACL(t *testing.T) {
 			ctx := context.Background()
 			admin := newRedis(t)
 			user := "dlock-acl-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
-			user = strings.ReplaceAll(user, " ", "-")
 			perms := slices.Clone(minimalACL)
 			if pubsub {
 				perms = append(perms, "+pubsub")
@@ -40,7 +39,9 @@ func TestHandOverMinimalACL(t *testing.T) {
 			}
 			t.Cleanup(func() { admin.Do(ctx, "ACL", "DELUSER", user) })
 			rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
-			defer rdb.Close()
+			// Closed after the dlock Client, whose Close newClient registers
+			// later (cleanups run last in, first out).
+			t.Cleanup(func() { _ = rdb.Close() })
 			m := mustMutex(t, newClient(t, rdb), "app:"+lockName(t))
 			w := watchPublishes(t, m.kind.channel(""), false)
 			first := mustLock(t, ctx, m)

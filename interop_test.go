@@ -77,7 +77,7 @@ const wakeUpMedian = 250 * time.Millisecond
 // it past both sides' lease so that only renewal keeps it: every critical
 // section runs alone.
 func TestRedissonLockContention(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, 2*time.Minute)
 	name := lockName(t)
 	const rounds = 12
 	var s section
@@ -120,7 +120,7 @@ func TestRedissonLockContention(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, 2*time.Minute, "the Redisson and dlock lockers")
 	s.check(t, 8*rounds)
 }
 

@@ -89,6 +89,8 @@ func TestNoKeysLeftBehind(t *testing.T) {
 // times each.
 func contend(t *testing.T, ctx context.Context, clients []*Client, newLock func(*Client) Locker) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for _, c := range clients {
@@ -110,7 +112,7 @@ func contend(t *testing.T, ctx context.Context, clients []*Client, newLock func(
 			}()
 		}
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, time.Minute, "the contending goroutines")
 	close(errs)
 	for err := range errs {
 		t.Error(err)

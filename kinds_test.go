@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // checkMutualExclusion runs workers goroutines on each of clients Clients,
@@ -15,6 +16,7 @@ func checkMutualExclusion(t *testing.T, name string, clients, workers, total int
 	t.Helper()
 	rdb := newRedis(t)
 	counter := name + ":counter"
+	ctx := boundedCtx(t, 2*time.Minute)
 	var wg sync.WaitGroup
 	var inside, overlaps atomic.Int32
 	for range clients {
@@ -23,7 +25,6 @@ func checkMutualExclusion(t *testing.T, name string, clients, workers, total int
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx := context.Background()
 				for range total / (clients * workers) {
 					lctx, err := l.Lock(ctx)
 					if err != nil {
@@ -44,8 +45,8 @@ func checkMutualExclusion(t *testing.T, name string, clients, workers, total int
 			}()
 		}
 	}
-	wg.Wait()
-	if n, _ := rdb.Get(context.Background(), counter).Int(); n != total {
+	awaitGroup(t, &wg, 2*time.Minute, "the workers")
+	if n, _ := rdb.Get(ctx, counter).Int(); n != total {
 		t.Errorf("counter = %d, want %d", n, total)
 	}
 	if overlaps.Load() != 0 {

@@ -110,7 +110,7 @@ func TestWatchdogKeepsLock(t *testing.T) {
 // with a fixed lease. A stale renewal would stretch that fixed lease to the
 // watchdog timeout; the test watches the key's PTTL until it expires.
 func TestRenewalStopsAtUnlock(t *testing.T) {
-	ctx := context.Background()
+	ctx := boundedCtx(t, time.Minute)
 	const timeout, fixed = 450 * time.Millisecond, 120 * time.Millisecond // renewal every 150 ms
 	c := newClient(t, nil, WithWatchdogTimeout(timeout))
 	name := lockName(t)
@@ -131,7 +131,11 @@ func TestRenewalStopsAtUnlock(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if _, err := leased.Lock(context.WithoutCancel(l)); err != nil { // same owner, fixed lease
+				// The same owner (l's values), a fixed lease.
+				lctx, cancel := context.WithTimeout(context.WithoutCancel(l), 10*time.Second)
+				_, err = leased.Lock(lctx)
+				cancel()
+				if err != nil {
 					t.Error(err)
 					return
 				}
@@ -153,7 +157,7 @@ func TestRenewalStopsAtUnlock(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, time.Minute, "the lockers")
 	eventually(t, 2*time.Second, func() error {
 		if n := c.watchdog.Len(); n != 0 {
 			return fmt.Errorf("watchdog still has %d locks", n)

@@ -201,37 +201,59 @@ func TestPermitSemaphoreBadInput(t *testing.T) {
 // runs out, another holder gets it back, and the late Release says so.
 //
 // The waiter wakes at the permit's expiry, which the acquire script tells
-// it, not at a message (an expiry publishes nothing) nor at its poll: a
-// poll comes more than syncPoll after its try once subscribed, which is
-// after start; the expiry comes lease after start at most.
+// it, not at a message (an expiry publishes nothing) nor at its poll. It is
+// timed from its try once subscribed (a hook on its Redis client sees its
+// tries), which must come before the expiry (the lease, 500 ms, leaves a
+// loaded machine room for the subscription): a poll comes more than
+// syncPoll after that try; the expiry, told to it, less than the lease
+// after it, which leaves the wake-up 300 ms of scheduling delay below
+// wakeBound.
 func TestPermitSemaphoreFixedLease(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
-	const lease = 200 * time.Millisecond
+	const lease = 500 * time.Millisecond
 	short := mustPermitSemaphore(t, newClient(t, nil), name, WithPermitLease(lease))
-	s := mustPermitSemaphore(t, newClient(t, nil), name)
+	rdb, probe := probeScripts(t, name)
+	s := mustPermitSemaphore(t, newClient(t, rdb), name)
 	if _, err := s.TrySetPermits(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
+	taken := time.Now() // the permit's expiry is lease after a later instant
 	p, err := short.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	got, err := s.Acquire(ctx)
-	if err != nil {
-		t.Fatalf("waiter for a permit with a %v lease: %v", lease, err)
+	type result struct {
+		p   context.Context
+		err error
 	}
-	d := time.Since(start)
-	t.Logf("waiter took the expired permit %v after it was taken with a %v lease", d, lease)
+	probe.drain()
+	got := make(chan result, 1)
+	go func() {
+		p, err := s.Acquire(ctx)
+		got <- result{p, err}
+	}()
+	recv(t, probe.replies, 10*time.Second, "the waiter's first try")
+	slept := recv(t, probe.replies, 10*time.Second, "the waiter's try once subscribed")
+	r := recv(t, got, 10*time.Second, "the waiter's Acquire")
+	if r.err != nil {
+		t.Fatalf("waiter for a permit with a %v lease: %v", lease, r.err)
+	}
+	d := time.Since(slept)
+	// The try sent its clock before its reply came: one a few ms before
+	// the expiry found the permit held.
+	if e := slept.Sub(taken); e >= lease-10*time.Millisecond {
+		t.Fatalf("the waiter's try once subscribed replied %v after the permit was taken, not before its %v lease ran out: that try may have taken the expired permit, and the test cannot tell how the waiter was woken (the machine is too slow for it)", e, lease)
+	}
+	t.Logf("waiter took the expired permit %v after its try once subscribed, %v after the permit was taken with a %v lease", d, time.Since(taken), lease)
 	if d >= wakeBound {
-		t.Errorf("waiter took the permit %v after it was taken with a %v lease: woken by its %v poll, not at the expiry the script told it", d, lease, syncPoll)
+		t.Errorf("waiter took the permit %v after its try once subscribed (the permit's %v lease ran out meanwhile): woken by its %v poll, not at the expiry the script told it", d, lease, syncPoll)
 	}
 	wantEnded(t, p, ErrLockLost)
 	if err := short.Release(p); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("Release of a reclaimed permit: %v", err)
 	}
-	if err := s.Release(got); err != nil {
+	if err := s.Release(r.p); err != nil {
 		t.Fatal(err)
 	}
 	wantAvailable(t, s, 1, 0)
@@ -406,7 +428,7 @@ func checkPermitBound(t *testing.T, newRDB func(t testing.TB) redis.UniversalCli
 			}
 		}()
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, 2*time.Minute, "the workers")
 	if got := maxConcurrent(holds); got > N {
 		t.Fatalf("recorded intervals: %d permits held at once, more than %d", got, N)
 	}

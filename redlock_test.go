@@ -317,7 +317,7 @@ func TestRedLockMutualExclusion(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, 2*time.Minute, "the lockers")
 	close(errs)
 	for err := range errs {
 		t.Error(err)

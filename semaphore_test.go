@@ -142,7 +142,7 @@ func TestSemaphoreWaitAndClose(t *testing.T) {
 	}
 
 	var released time.Time
-	d := timeWake(t, probe, "waiter for 2 permits", func() error { return s1.Acquire(ctx, 2) }, func() {
+	d := timeWake(t, probe, c1, s1.channel, "waiter for 2 permits", func() error { return s1.Acquire(ctx, 2) }, func() {
 		if err := s2.Release(ctx, 1); err != nil { // one is not enough
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func checkSemaphoreBound(t *testing.T, newRDB func(t testing.TB) redis.Universal
 			}
 		}()
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, 2*time.Minute, "the workers")
 	if got := maxConcurrent(holds); got > N {
 		t.Fatalf("recorded intervals: %d permits held at once, more than %d", got, N)
 	}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,18 +20,12 @@ import (
 // loaded machine while a poll can never pass it.
 const wakeBound = syncPoll * 4 / 5
 
-// boundedCtx returns a context that ends after d (or at the test's
-// cleanup): a wait on it that does not end fails the test with ctx's error
-// instead of hanging until go test's timeout.
-func boundedCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // scriptReplies is a go-redis hook that sends on replies the time of each
-// reply to a script call (EVALSHA or EVAL) whose first key is key. Error
-// replies (NOSCRIPT, a broken connection) are not sent; a nil reply is.
+// reply to a script call (EVALSHA or EVAL) whose first key is key: one per
+// try of a waiter whose Client uses the hooked Redis client. Error replies
+// are not sent: a NOSCRIPT (the EVALSHA that Script.Run and evalOnce follow
+// with an EVAL, which together make one try, not two) or a broken
+// connection. A nil reply (redis.Nil) is sent.
 type scriptReplies struct {
 	key     string
 	replies chan time.Time
@@ -50,7 +45,10 @@ func (p *scriptReplies) DialHook(next redis.DialHook) redis.DialHook { return ne
 func (p *scriptReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		p.note(cmd)
+		// Here go-redis has not set cmd's error yet: Err() is nil (and
+		// Val() too for a NOSCRIPT reply) until the hooks return. The
+		// reply's error, redis.Nil included, is next's result.
+		p.note(cmd, err)
 		return err
 	}
 }
@@ -59,19 +57,20 @@ func (p *scriptReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
-			p.note(cmd)
+			p.note(cmd, cmd.Err()) // a pipeline's commands carry their errors
 		}
 		return err
 	}
 }
 
-// note sends the time of cmd's reply if cmd is a script call on p.key.
-func (p *scriptReplies) note(cmd redis.Cmder) {
+// note sends the time of cmd's reply if cmd is a script call on p.key
+// that ran: err, the reply's error, is nil or redis.Nil.
+func (p *scriptReplies) note(cmd redis.Cmder, err error) {
 	args := cmd.Args()
 	if name := strings.ToLower(cmd.Name()); name != "evalsha" && name != "eval" || len(args) < 4 || args[3] != p.key {
 		return
 	}
-	if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return
 	}
 	select {
@@ -91,19 +90,65 @@ func (p *scriptReplies) drain() {
 	}
 }
 
+// awaitSubscribed waits until c's hub has a waiter on channel whose
+// subscription Redis has confirmed (the hub's Ready, which a second waiter
+// on the channel shares, and PUBSUB NUMSUB), failing the test if not within
+// 10 s: a message published on channel after it returns reaches the
+// waiter.
+func awaitSubscribed(t testing.TB, c *Client, channel, what string) {
+	t.Helper()
+	waitForSyncWaiters(t, c, channel, 1)
+	ctx := boundedCtx(t, 10*time.Second)
+	w, err := c.hub.Subscribe(ctx, channel)
+	if err != nil {
+		t.Fatalf("%s: joining the subscription to %s: %v", what, channel, err)
+	}
+	recv(t, w.Ready(), 10*time.Second, what+": the confirmation of the subscription to "+channel)
+	w.Close(false) // not woken: nothing was published meanwhile
+	eventually(t, 10*time.Second, func() error {
+		n, err := c.rdb.PubSubNumSub(ctx, channel).Result()
+		if err != nil {
+			return err
+		}
+		if n[channel] < 1 {
+			return fmt.Errorf("%s: PUBSUB NUMSUB %s = %d, want the waiter's subscription", what, channel, n[channel])
+		}
+		return nil
+	})
+}
+
 // timeWake measures how a waiter is woken. It starts acquire (a waiting
-// Acquire on a Client whose script calls probe reports) in a goroutine,
-// waits for its first try and for its try after its subscription was
-// confirmed, after which it sleeps until a message or its poll, then runs
-// wake. It returns how long after that second try acquire returned: more
-// than syncPoll when only the poll woke it.
-func timeWake(t *testing.T, probe *scriptReplies, what string, acquire func() error, wake func()) time.Duration {
+// Acquire on c, whose script calls probe reports, sleeping on channel) in
+// a goroutine and waits for its first try and for its next one, which
+// follows the confirmation of its subscription (or, on a slow machine,
+// its poll). Once the subscription is confirmed and no try is under way
+// (the last one replied less than syncPoll/2 ago, and none since), it
+// runs wake, which must not let a try succeed by itself. It returns how
+// long after the waiter's last try before wake acquire returned: without
+// a message that wakes it, its next try comes syncPoll after that one, so
+// the result is then more than syncPoll.
+func timeWake(t *testing.T, probe *scriptReplies, c *Client, channel, what string, acquire func() error, wake func()) time.Duration {
 	t.Helper()
 	probe.drain()
 	got := make(chan error, 1)
 	go func() { got <- acquire() }()
 	recv(t, probe.replies, 10*time.Second, what+": the waiter's first try")
 	slept := recv(t, probe.replies, 10*time.Second, what+": the waiter's try once subscribed")
+	awaitSubscribed(t, c, channel, what)
+	for {
+		select {
+		case at := <-probe.replies: // a poll came meanwhile: measure from it
+			slept = at
+			continue
+		default:
+		}
+		if time.Since(slept) < syncPoll/2 {
+			break
+		}
+		// The next poll is due within syncPoll/2: wait for its reply
+		// rather than wake the waiter while that try is on its way.
+		slept = recv(t, probe.replies, 10*time.Second, what+": the waiter's poll")
+	}
 	wake()
 	if err := recv(t, got, 10*time.Second, what+": the waiter's Acquire"); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -119,6 +164,12 @@ func TestSemaphoreSetAndAddWake(t *testing.T) {
 	rdb, probe := probeScripts(t, name)
 	s := mustSemaphore(t, newClient(t, rdb), name)
 	other := mustSemaphore(t, newClient(t, nil), name)
+	// Have Redis load the acquire script first (a TryAcquire that finds no
+	// permits): the waiter's every try is then one EVALSHA, in this test
+	// alone as after others (the probe skips a NOSCRIPT reply anyway).
+	if ok, err := s.TryAcquire(ctx, 1); ok || err != nil {
+		t.Fatalf("TryAcquire on a semaphore not set: %v %v", ok, err)
+	}
 	for _, tc := range []struct {
 		what string
 		wake func() error
@@ -132,7 +183,7 @@ func TestSemaphoreSetAndAddWake(t *testing.T) {
 		}},
 		{"AddPermits(1)", func() error { return other.AddPermits(ctx, 1) }},
 	} {
-		d := timeWake(t, probe, tc.what, func() error { return s.Acquire(ctx, 1) }, func() {
+		d := timeWake(t, probe, s.c, s.channel, tc.what, func() error { return s.Acquire(ctx, 1) }, func() {
 			if err := tc.wake(); err != nil {
 				t.Fatalf("%s: %v", tc.what, err)
 			}
@@ -162,7 +213,7 @@ func TestPermitSemaphoreReleaseWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got context.Context
-	d := timeWake(t, probe, "permit release", func() (err error) {
+	d := timeWake(t, probe, s.c, s.channel, "permit release", func() (err error) {
 		got, err = s.Acquire(ctx)
 		return err
 	}, func() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,6 +82,28 @@ func recv[T any](t testing.TB, ch <-chan T, timeout time.Duration, what string) 
 func awaitDone(t testing.TB, ctx context.Context, timeout time.Duration, what string) {
 	t.Helper()
 	recv(t, ctx.Done(), timeout, what)
+}
+
+// awaitGroup waits for wg, failing the test if its goroutines have not
+// all finished within timeout: a test waits for nothing without a bound.
+// (Goroutines still running then end when the test's Clients are closed.)
+func awaitGroup(t testing.TB, wg *sync.WaitGroup, timeout time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	recv(t, done, timeout, what)
+}
+
+// boundedCtx returns a context that ends after d (or at the test's
+// cleanup): a wait on it that does not end fails the test with ctx's error
+// instead of hanging until go test's timeout.
+func boundedCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // exists reports whether key exists, failing the test on a Redis error

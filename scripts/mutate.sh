@@ -434,7 +434,7 @@ m "otel: renewal losses not counted" dlockotel/dlockotel.go \
   '		if false {' \
   ./dlockotel '^(TestRenewalFindsLost)$'
 # dlock top's HOLDS is the sum over a lock's holders (several readers).
-m "top: holds of the first holder only" cmd/dlock/cmd_top.go \
+m "top: one holder's holds only" cmd/dlock/cmd_top.go \
   'rows[i].Holds += h.Holds' \
   'rows[i].Holds = h.Holds' \
   ./cmd/dlock '^(TestTopReaders)$'

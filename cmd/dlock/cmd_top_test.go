@@ -220,8 +220,14 @@ func TestTopReaders(t *testing.T) {
 	defer c.Close()
 	ctx := t.Context()
 	// "a" sorts first by name: only the hold counts put "b" above it.
-	m, _ := c.NewMutex(prefix + "a")
-	rw, _ := c.NewRWMutex(prefix + "b")
+	m, err := c.NewMutex(prefix + "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := c.NewRWMutex(prefix + "b")
+	if err != nil {
+		t.Fatal(err)
+	}
 	mustLock(t, m, ctx)
 	for range 3 { // three owners: unrelated contexts
 		mustLock(t, rw.ReadLock(), ctx)

@@ -23,6 +23,22 @@ import (
 
 const semPermits = 3
 
+// awaitGroup waits for wg, failing the test if its goroutines have not all
+// finished within timeout: a test waits for nothing without a bound.
+func awaitGroup(t *testing.T, wg *sync.WaitGroup, timeout time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		t.Fatalf("%s: not finished within %v", what, timeout)
+	}
+}
+
 // semFault is a fault injected on the semaphore's Redis until ctx ends; it
 // returns how many times it struck.
 type semFault func(ctx context.Context, srv *redistest.Server) int
@@ -251,7 +267,7 @@ func runSemaphoreScenario(t *testing.T, scenario string, o semOptions, args []st
 			}
 		}()
 	}
-	wg.Wait()
+	awaitGroup(t, &wg, time.Duration(scale(5, 120))*time.Minute, "the workers")
 	stopFault()
 	n := faultCount(t, faults)
 
@@ -369,7 +385,7 @@ func TestCountDownLatchChaos(t *testing.T) {
 				}
 			}()
 		}
-		wg.Wait()
+		awaitGroup(t, &wg, 2*time.Minute, fmt.Sprintf("round %d's waiters and counters", done))
 		close(waited)
 		for d := range waited {
 			slowest = max(slowest, d)
