@@ -611,26 +611,6 @@ func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
 // Client holds.
 var errHeldHere = errors.New("this Client holds the lock through another lock context; to re-enter, pass that lock context (or one derived from it) to Lock")
 
-// ctxErr is ctx.Err(), counting a deadline that has passed as exceeded
-// even before ctx's timer has fired: a Redis client whose socket deadline
-// is ctx's deadline can fail a moment before ctx.Err() says so.
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
-func ctxDone(ctx context.Context) bool { return ctxErr(ctx) != nil }
-
-func hasDeadline(ctx context.Context) bool {
-	_, ok := ctx.Deadline()
-	return ok
-}
-
 // honoursDeadlines reports whether rdb ends every request by its ctx's
 // deadline: a plain *redis.Client with ContextTimeoutEnabled that sets
 // socket deadlines (ReadTimeout and WriteTimeout not -2). go-redis's

@@ -123,7 +123,7 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 		}
 		n, err := l.count(ctx)
 		if err != nil {
-			if doneErr(ctx) != nil {
+			if ctxErr(ctx) != nil {
 				return false, 0, nil // wait returns ctx's error
 			}
 			return false, 0, err
@@ -135,7 +135,7 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 		return false, 0, nil
 	})
 	if errors.Is(err, errGaveUp) {
-		return fmt.Errorf("dlock: latch %q: await: %w", l.name, doneErr(ctx))
+		return fmt.Errorf("dlock: latch %q: await: %w", l.name, ctxErr(ctx))
 	}
 	return err
 }

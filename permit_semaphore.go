@@ -192,7 +192,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (context.Contex
 		p, next, err := s.attempt(ctx)
 		switch {
 		case err != nil:
-			if doneErr(ctx) != nil {
+			if ctxErr(ctx) != nil {
 				return false, 0, nil // wait returns ctx's error
 			}
 			if try || !noAnswer(err) {
@@ -220,7 +220,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (context.Contex
 	})
 	switch {
 	case errors.Is(err, errGaveUp):
-		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, doneErr(ctx))
+		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, ctxErr(ctx))
 	case errors.Is(err, errNoPermit):
 		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, errNoPermit)
 	case err != nil:

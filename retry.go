@@ -66,15 +66,3 @@ func transient(err error) bool {
 	return ask || moved || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) ||
 		redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) || redis.IsLoadingError(err)
 }
-
-// sleepCtx pauses for d unless ctx ends first; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

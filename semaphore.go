@@ -128,7 +128,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) error {
 		return ok, 0, err
 	})
 	if errors.Is(err, errGaveUp) {
-		return fmt.Errorf("%w: semaphore %q: %d permits: %w%s", ErrNotObtained, s.name, n, doneErr(ctx), s.neverSet(ctx))
+		return fmt.Errorf("%w: semaphore %q: %d permits: %w%s", ErrNotObtained, s.name, n, ctxErr(ctx), s.neverSet(ctx))
 	}
 	return err
 }

@@ -153,19 +153,6 @@ func noAnswer(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || transient(err)
 }
 
-// doneErr is ctx's error, counting a deadline that has passed as exceeded
-// even before ctx's timer fired (a socket deadline set from ctx can fail a
-// command a moment earlier). It is nil while ctx is live.
-func doneErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
 // attemptFunc makes one try. It reports whether the wait is over, and
 // otherwise how long to sleep at most before the next try (0: syncPoll).
 type attemptFunc func() (done bool, wait time.Duration, err error)
@@ -198,7 +185,7 @@ func wait(ctx context.Context, c *Client, channel string, extra <-chan struct{},
 			consumed = true
 			return nil
 		}
-		if err := doneErr(ctx); err != nil {
+		if err := ctxErr(ctx); err != nil {
 			return fmt.Errorf("%w: %w", errGaveUp, err)
 		}
 		if d <= 0 || d > syncPoll {
@@ -209,7 +196,7 @@ func wait(ctx context.Context, c *Client, channel string, extra <-chan struct{},
 		if w == nil {
 			if w, err = c.hub.Subscribe(ctx, channel); err != nil {
 				w = nil
-				if err := doneErr(ctx); err != nil {
+				if err := ctxErr(ctx); err != nil {
 					return fmt.Errorf("%w: %w", errGaveUp, err)
 				}
 				if errors.Is(err, pubsub.ErrClosed) {
@@ -229,7 +216,7 @@ func wait(ctx context.Context, c *Client, channel string, extra <-chan struct{},
 		case <-extra:
 		case <-timer.C:
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errGaveUp, doneErr(ctx))
+			return fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
 		}
 		if c.isClosed() {
 			return ErrClosed
