@@ -32,11 +32,13 @@ func TestGateOpensOnWorkingPool(t *testing.T) {
 	if err := m.Unlock(mustLock(t, ctx, m)); err != nil { // the pool has a connection
 		t.Fatal(err)
 	}
+	g.hold = make(chan struct{}) // the prober's first dial waits here
 	g.shut.Store(true)
 	c.reach.saw(refused)
 	if !errors.Is(c.reach.err(), ErrUnreachable) {
 		t.Fatal("a failed dial did not shut the gate")
 	}
+	close(g.hold)
 	eventually(t, 5*time.Second, func() error { return c.reach.err() })
 	l, err := m.TryLock(ctx)
 	if err != nil {

@@ -686,9 +686,13 @@ func TestRedLockQuorumErrorCountsSuccesses(t *testing.T) {
 	ctx := t.Context()
 	_, clients := redLockNodes(t, 3)
 	name := "test:" + t.Name()
-	holder := mustRedLock(t, clients, name)
-	held := mustLock(t, ctx, holder)
-	defer holder.Unlock(held)
+	// A RedLock's Lock returns once a quorum granted and may leave the
+	// third node free; a Mutex per node holds the lock on all three.
+	for _, c := range clients {
+		m := mustMutex(t, c, name)
+		held := mustLock(t, ctx, m)
+		defer m.Unlock(held)
+	}
 
 	_, err := mustRedLock(t, clients, name).TryLock(ctx)
 	var qe *QuorumError

@@ -15,10 +15,21 @@ import (
 
 // dialGate refuses new connections of the go-redis clients that dial
 // through it while it is shut, as a server that is down would.
-type dialGate struct{ shut atomic.Bool }
+// While hold is open (non-nil and not closed), a refused dial waits for
+// it, so that a test sees the state before the refusal lands.
+type dialGate struct {
+	shut atomic.Bool
+	hold chan struct{} // set before shut
+}
 
 func (g *dialGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if g.shut.Load() {
+		if g.hold != nil {
+			select {
+			case <-g.hold:
+			case <-ctx.Done():
+			}
+		}
 		return nil, errors.New("dial gate shut: connection refused")
 	}
 	var d net.Dialer
