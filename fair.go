@@ -51,7 +51,7 @@ var _ Locker = (*FairMutex)(nil)
 // WithFairWaitTimeout.
 func (c *Client) NewFairMutex(name string, opts ...LockOption) (*FairMutex, error) {
 	h, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
-		if err := cfg.accept("FairMutex", "WithFairWaitTimeout"); err != nil {
+		if err := cfg.accept("FairMutex", optFairWait); err != nil {
 			return nil, err
 		}
 		wait := cfg.fairWait

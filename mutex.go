@@ -26,7 +26,7 @@ type Mutex struct {
 // Redis only when used. Options: WithLease, WithFencing.
 func (c *Client) NewMutex(name string, opts ...LockOption) (*Mutex, error) {
 	h, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
-		return newMutexKind(c, name), cfg.accept("Mutex")
+		return newMutexKind(c, name), cfg.accept("Mutex", 0)
 	})
 	if err != nil {
 		return nil, err

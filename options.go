@@ -3,7 +3,6 @@ package dlock
 import (
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 )
 
@@ -136,15 +135,28 @@ type lockConfig struct {
 	fenced      bool
 	nodeTimeout time.Duration // RedLock: bound on each node's reply; 0 means the default
 	fairWait    time.Duration // FairMutex: WithFairWaitTimeout; 0 means the default
-	specific    []string      // the kind-specific options given, by name
+	specific    kindOptions   // the kind-specific options given
 }
 
+// kindOptions is a set of the lock options that apply to some kinds only.
+// Each kind's constructor declares the set it takes (newHandle's takes),
+// and the options given outside it are refused.
+type kindOptions uint8
+
+const (
+	optNodeTimeout kindOptions = 1 << iota // WithNodeTimeout: RedLock
+	optFairWait                            // WithFairWaitTimeout: FairMutex
+)
+
+// optionNames names each kind-specific option for errors.
+var optionNames = map[kindOptions]string{optNodeTimeout: "WithNodeTimeout", optFairWait: "WithFairWaitTimeout"}
+
 // accept refuses the kind-specific options given that a lock of kind does
-// not take: only those named in takes apply to it.
-func (c lockConfig) accept(kind string, takes ...string) error {
-	for _, o := range c.specific {
-		if !slices.Contains(takes, o) {
-			return fmt.Errorf("%w: %s does not apply to a %s", ErrInvalidOption, o, kind)
+// not take.
+func (c lockConfig) accept(kind string, takes kindOptions) error {
+	for o := kindOptions(1); o != 0 && o <= c.specific; o <<= 1 {
+		if c.specific&o != 0 && takes&o == 0 {
+			return fmt.Errorf("%w: %s does not apply to a %s", ErrInvalidOption, optionNames[o], kind)
 		}
 	}
 	return nil
@@ -190,7 +202,7 @@ func WithFencing() LockOption {
 // default is DefaultNodeTimeout (100 ms). Other lock kinds refuse it
 // (ErrInvalidOption).
 func WithNodeTimeout(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.nodeTimeout, c.specific = d, append(c.specific, "WithNodeTimeout") }
+	return func(c *lockConfig) { c.nodeTimeout, c.specific = d, c.specific|optNodeTimeout }
 }
 
 // WithFairWaitTimeout sets how long a FairMutex waiter may go without
@@ -200,5 +212,5 @@ func WithNodeTimeout(d time.Duration) LockOption {
 // DefaultFairWaitTimeout (5 min), Redisson's fairLockWaitTimeout. Other
 // lock kinds refuse it (ErrInvalidOption).
 func WithFairWaitTimeout(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.fairWait, c.specific = d, append(c.specific, "WithFairWaitTimeout") }
+	return func(c *lockConfig) { c.fairWait, c.specific = d, c.specific|optFairWait }
 }

@@ -90,7 +90,7 @@ func NewRedLock(clients []*Client, name string, opts ...LockOption) (*RedLock, e
 		}
 	}
 	h, err := clients[0].newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
-		if err := cfg.accept("RedLock", "WithNodeTimeout"); err != nil {
+		if err := cfg.accept("RedLock", optNodeTimeout); err != nil {
 			return nil, err
 		}
 		lease := clients[0].lease(cfg)

@@ -79,7 +79,7 @@ var (
 // WithFencing (the token counter is shared by reads and writes).
 func (c *Client) NewRWMutex(name string, opts ...LockOption) (*RWMutex, error) {
 	r, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
-		return &readKind{newRWNames(c, name)}, cfg.accept("RWMutex")
+		return &readKind{newRWNames(c, name)}, cfg.accept("RWMutex", 0)
 	})
 	if err != nil {
 		return nil, err
