@@ -17,8 +17,9 @@ import (
 
 // Client creates locks on one Redis deployment and owns what they share:
 // the client id that owner names start with, one pub/sub connection for
-// every waiter, and one watchdog for every held lock. Create one per
-// process and Close it at shutdown. A Client is safe for concurrent use.
+// every waiter, and one watchdog for every held lock and permit. Create
+// one per process and Close it at shutdown. A Client is safe for
+// concurrent use.
 type Client struct {
 	rdb   redis.UniversalClient
 	batch batcher // sends concurrent lock scripts together (batch.go)
@@ -39,8 +40,11 @@ type Client struct {
 	tickets  atomic.Uint64 // orders each lock's queue of waiters (handoff.go)
 
 	hub      *pubsub.Hub
-	watchdog *watchdog.Watchdog[*hold]
-	reach    *reach // closed while Redis cannot be reached (reach.go)
+	watchdog *watchdog.Watchdog[leased] // keeps every lease: holds and permits (renew.go)
+	reach    *reach                     // closed while Redis cannot be reached (reach.go)
+
+	permits permitSet  // permits held, for Close (permit_semaphore.go)
+	latches latchGates // what a latch's waiters share (countdownlatch.go)
 
 	// runners are goroutines for attempts that must not hold up their
 	// caller (acquire.go).
@@ -131,7 +135,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	// stopped answering must not hold up the renewals bound for the
 	// others, nor the next try once the cluster or Sentinel has replaced
 	// it (go-redis alone would retry a timed-out command several times).
-	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, c.renewGroup, c.renew, func(err error) {
+	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, leased.renewGroup, keep, func(err error) {
 		c.reroute(context.Background(), err)
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})
@@ -162,7 +166,7 @@ func (c *Client) Close() error {
 	c.watchdog.Close()
 	c.runners.close()
 	c.reach.close()
-	closePermits(c) // permit semaphores: renewer and permit contexts
+	c.permits.close() // permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {
 		hd.expiry.Stop()

@@ -113,8 +113,8 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 	// The hub hands a zero message to one waiter of the channel: the
 	// Client's waiters on the latch share a gate, which the first of them
 	// to see the latch open opens for the others.
-	g := enterGate(l.c, l.name)
-	defer leaveGate(l.c, l.name, g)
+	g := l.c.latches.enter(l.name)
+	defer l.c.latches.leave(l.name, g)
 	err := wait(ctx, l.c, l.channel, g.open, func() (bool, time.Duration, error) {
 		select {
 		case <-g.open:
@@ -164,24 +164,19 @@ type gate struct {
 
 func (g *gate) openOnce() { g.once.Do(func() { close(g.open) }) }
 
-type gateKey struct {
-	c    *Client
-	name string
+// latchGates is a Client's gates, one per latch with waiters. The zero
+// value is ready to use.
+type latchGates struct {
+	mu sync.Mutex
+	m  map[string]*gate
 }
 
-var gates = struct {
-	sync.Mutex
-	m map[gateKey]*gate
-}{m: map[gateKey]*gate{}}
-
-// enterGate returns the gate of the latch's current waiters on c. A gate
-// that was opened is not handed out again: the latch may have been closed
-// since.
-func enterGate(c *Client, name string) *gate {
-	gates.Lock()
-	defer gates.Unlock()
-	k := gateKey{c, name}
-	g := gates.m[k]
+// enter returns the gate of the latch's current waiters. A gate that was
+// opened is not handed out again: the latch may have been closed since.
+func (gs *latchGates) enter(name string) *gate {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := gs.m[name]
 	if g != nil {
 		select {
 		case <-g.open:
@@ -191,17 +186,20 @@ func enterGate(c *Client, name string) *gate {
 	}
 	if g == nil {
 		g = &gate{open: make(chan struct{})}
-		gates.m[k] = g
+		if gs.m == nil {
+			gs.m = map[string]*gate{}
+		}
+		gs.m[name] = g
 	}
 	g.waiters++
 	return g
 }
 
-func leaveGate(c *Client, name string, g *gate) {
-	gates.Lock()
-	defer gates.Unlock()
-	k := gateKey{c, name}
-	if g.waiters--; g.waiters == 0 && gates.m[k] == g {
-		delete(gates.m, k)
+// leave lets go of g, which enter returned for the latch name.
+func (gs *latchGates) leave(name string, g *gate) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if g.waiters--; g.waiters == 0 && gs.m[name] == g {
+		delete(gs.m, name)
 	}
 }

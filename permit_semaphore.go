@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,11 +38,14 @@ const noExpiryScore = "922337203685477"
 //
 // Leases: by default a permit's lease is the Client's watchdog timeout
 // (WithWatchdogTimeout, 30s), renewed every third of it while the permit is
-// held, so a live holder keeps it as long as it needs and a dead one's
-// comes back within one timeout. Redisson's permits without lease never
-// expire (score 922337203685477); dlock never writes one, and reads them as
-// permits that do not expire. With WithPermitLease each permit has a fixed
-// lease, not renewed.
+// held by the watchdog that renews the Client's locks, so a live holder
+// keeps it as long as it needs and a dead one's comes back within one
+// timeout. Redisson's permits without lease never expire (score
+// 922337203685477); dlock never writes one, and reads them as permits that
+// do not expire. With WithPermitLease each permit has a fixed lease, not
+// renewed; the watchdog checks it all the same, so that a permit taken
+// back (ReleaseID, Delete) is noticed within a third of the watchdog
+// timeout, as a lock's hold is.
 //
 // Expiry runs on the clocks of the clients, as in Redisson: the script
 // that reclaims a permit compares its expiry with the caller's clock. Keep
@@ -256,7 +261,7 @@ func (s *PermitSemaphore) attempt(ctx context.Context) (context.Context, time.Du
 			s.giveBack(ctx, id)
 			return nil, time.Millisecond, nil
 		}
-		pctx, err := s.c.permits().add(ctx, s, id, start)
+		pctx, err := s.c.permits.add(ctx, s, id, start)
 		if err != nil {
 			s.giveBack(ctx, id)
 			return nil, 0, err
@@ -344,11 +349,10 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 	if p.isReleased() {
 		return fmt.Errorf("%w: semaphore %q: this permit was already released", ErrNotHeld, s.name)
 	}
-	// Not while the renewer runs: it would set the watchdog lease over
-	// this one.
-	ps := s.c.permits()
-	ps.leaseMu.Lock()
-	defer ps.leaseMu.Unlock()
+	// Not while a renewal of this permit runs: it would set the watchdog
+	// lease over this one.
+	p.lease.Lock()
+	defer p.lease.Unlock()
 	d := s.leaseOf(lease)
 	start := time.Now()
 	now := nowMillis(start)
@@ -360,7 +364,7 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 		p.end(fmt.Errorf("%w: semaphore %q: permit not held at lease update", ErrLockLost, s.name))
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
 	}
-	ps.relet(p, lease == 0, start.Add(d))
+	p.relet(lease == 0, start.Add(d))
 	return nil
 }
 
@@ -380,8 +384,8 @@ func (s *PermitSemaphore) PermitID(permitCtx context.Context) (id string, ok boo
 
 // ReleaseID gives back the permit with the given id (32 hex digits, as
 // PermitID and Redisson show it), whoever holds it: a permit of a process
-// that hung, or one a Java client took. Its holder finds out at its next
-// renewal or Release. The error wraps ErrNotHeld when no such permit is
+// that hung, or one a Java client took. Its holder finds out at its
+// watchdog's next visit or Release. The error wraps ErrNotHeld when no such permit is
 // held.
 func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err := s.check(ctx); err != nil {
@@ -461,8 +465,8 @@ func (s *PermitSemaphore) Permits(ctx context.Context) ([]PermitInfo, error) {
 }
 
 // Delete deletes the semaphore and its permits, as Redisson's delete does:
-// without a message. Holders find out at their next renewal or Release. It
-// reports whether there was anything to delete.
+// without a message. Holders find out at their watchdog's next visit or
+// Release. It reports whether there was anything to delete.
 func (s *PermitSemaphore) Delete(ctx context.Context) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
@@ -480,14 +484,23 @@ type permitKey struct {
 	name string
 }
 
-// permit is one permit held by this process.
+// permit is one permit held by this process, kept by the Client's
+// watchdog (renew.go): renewed when it has no fixed lease, checked when it
+// has one, as lock holds are.
 type permit struct {
 	s      *PermitSemaphore
 	id     string // 16 raw bytes
 	cancel context.CancelCauseFunc
 
+	// lease is held while a script sets the permit's lease in Redis: by
+	// UpdateLease, and by a renewal, which passes over a permit whose
+	// lease is being set rather than wait for it. A renewal must not set
+	// the watchdog lease over a fixed one that UpdateLease set after the
+	// tick chose which permits to renew.
+	lease sync.Mutex
+
 	mu        sync.Mutex
-	watchdog  bool // renewed by the Client's renewer
+	watchdog  bool // renewed by the watchdog; else a fixed lease, checked
 	timer     *time.Timer
 	ended     bool // its context is cancelled
 	releasing bool // Release was called (and did not fail)
@@ -527,7 +540,7 @@ func (p *permit) end(cause error) {
 	p.timer.Stop()
 	p.mu.Unlock()
 	p.cancel(cause)
-	p.s.c.permits().remove(p)
+	p.s.c.permits.remove(p)
 }
 
 // extend moves the permit's local expiry to at, unless it ended.
@@ -539,73 +552,26 @@ func (p *permit) extend(at time.Time) {
 	}
 }
 
-// permitSet is a Client's permits and the goroutine that renews those
-// without a fixed lease.
+// relet records a permit's new lease, which UpdateLease set: renewed by
+// the watchdog or not, and expiring at until. The watchdog keeps it
+// either way; its next tick renews or checks it accordingly.
+func (p *permit) relet(watchdog bool, until time.Time) {
+	p.mu.Lock()
+	p.watchdog = watchdog
+	p.mu.Unlock()
+	p.extend(until)
+}
+
+// permitSet is the permits a Client holds, so that Close can end them; the
+// Client's watchdog keeps their leases. The zero value is ready to use.
 type permitSet struct {
-	c *Client
-	// leaseMu is held by a renewal tick and by UpdateLease: each sets
-	// leases in Redis, and a renewal must not overwrite a fixed lease
-	// that UpdateLease set after the tick chose which permits to renew.
-	leaseMu sync.Mutex
 	mu      sync.Mutex
 	permits map[*permit]struct{}
-	renewed int           // how many have watchdog set
-	stop    chan struct{} // closed to stop the renewer; nil when none runs
-	done    chan struct{} // closed when the renewer has stopped
-	closed  bool
+	closed  bool // Close ended the permits; no more are taken
 }
 
-var permitSets = struct {
-	sync.Mutex
-	m map[*Client]*permitSet
-}{m: map[*Client]*permitSet{}}
-
-// permits returns c's permit set, made on first use.
-func (c *Client) permits() *permitSet {
-	permitSets.Lock()
-	defer permitSets.Unlock()
-	ps := permitSets.m[c]
-	if ps == nil {
-		ps = &permitSet{c: c, permits: map[*permit]struct{}{}}
-		if c.isClosed() {
-			ps.closed = true // Close has run: nothing to stop later
-		} else {
-			permitSets.m[c] = ps
-		}
-	}
-	return ps
-}
-
-// closePermits is called by Client.Close: the renewer stops and every
-// permit context is cancelled with cause ErrClosed.
-func closePermits(c *Client) {
-	permitSets.Lock()
-	ps := permitSets.m[c]
-	delete(permitSets.m, c)
-	permitSets.Unlock()
-	if ps == nil {
-		return
-	}
-	ps.mu.Lock()
-	ps.closed = true
-	stop, done := ps.stop, ps.done
-	ps.stop = nil
-	held := make([]*permit, 0, len(ps.permits))
-	for p := range ps.permits {
-		held = append(held, p)
-	}
-	ps.mu.Unlock()
-	if stop != nil {
-		close(stop)
-		<-done
-	}
-	for _, p := range held {
-		p.end(ErrClosed)
-	}
-}
-
-// add registers a permit taken at start and returns its context, derived
-// from ctx's values.
+// add registers a permit of s taken at start with the Client's watchdog
+// and returns its context, derived from ctx's values.
 func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, start time.Time) (context.Context, error) {
 	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	p := &permit{s: s, id: id, cancel: cancel, watchdog: s.lease == 0}
@@ -621,150 +587,32 @@ func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, sta
 		p.end(fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, s.name))
 	})
 	p.mu.Unlock()
-	ps.permits[p] = struct{}{}
-	if p.watchdog {
-		ps.renewed++
-		ps.startLocked()
+	if ps.permits == nil {
+		ps.permits = map[*permit]struct{}{}
 	}
+	ps.permits[p] = struct{}{}
+	// Refused only while Close runs, which ends p with the others.
+	s.c.watchdog.Add(p)
 	return context.WithValue(pctx, permitKey{s.c, s.name}, p), nil
 }
 
-// remove forgets a permit that ended.
+// remove forgets a permit that ended, here and in the watchdog.
 func (ps *permitSet) remove(p *permit) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if _, ok := ps.permits[p]; !ok {
-		return
-	}
 	delete(ps.permits, p)
-	p.mu.Lock()
-	renewed := p.watchdog
-	p.mu.Unlock()
-	if renewed {
-		ps.renewed--
-		ps.stopIfIdleLocked()
-	}
+	p.s.c.watchdog.Remove(p)
 }
 
-// relet records a permit's new lease: renewed by the watchdog or not, and
-// expiring at until.
-func (ps *permitSet) relet(p *permit, watchdog bool, until time.Time) {
+// close is called by Client.Close, once the watchdog has stopped: every
+// permit context is cancelled with cause ErrClosed, and no permit is
+// taken afterwards.
+func (ps *permitSet) close() {
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	p.mu.Lock()
-	was := p.watchdog
-	p.watchdog = watchdog
-	p.mu.Unlock()
-	p.extend(until)
-	if _, ok := ps.permits[p]; !ok || was == watchdog {
-		return
-	}
-	if watchdog {
-		ps.renewed++
-		ps.startLocked()
-	} else {
-		ps.renewed--
-		ps.stopIfIdleLocked()
-	}
-}
-
-func (ps *permitSet) startLocked() {
-	if ps.stop != nil || ps.closed {
-		return
-	}
-	ps.stop, ps.done = make(chan struct{}), make(chan struct{})
-	go ps.renewLoop(ps.stop, ps.done)
-}
-
-func (ps *permitSet) stopIfIdleLocked() {
-	if ps.renewed == 0 && ps.stop != nil {
-		close(ps.stop)
-		ps.stop = nil
-	}
-}
-
-// renewLoop renews the permits without a fixed lease every third of the
-// watchdog timeout until stop is closed.
-func (ps *permitSet) renewLoop(stop, done chan struct{}) {
-	defer close(done)
-	interval := ps.c.cfg.watchdogTimeout / 3
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-ticker.C:
-			tctx, tcancel := context.WithTimeout(ctx, interval)
-			ps.renew(tctx)
-			tcancel()
-		}
-	}
-}
-
-// renew renews every watchdog permit, one script call per semaphore.
-func (ps *permitSet) renew(ctx context.Context) {
-	ps.leaseMu.Lock()
-	defer ps.leaseMu.Unlock()
-	groups := map[string][]*permit{}
-	ps.mu.Lock()
-	for p := range ps.permits {
-		p.mu.Lock()
-		if p.watchdog && !p.releasing {
-			groups[p.s.name] = append(groups[p.s.name], p)
-		}
-		p.mu.Unlock()
-	}
+	ps.closed = true
+	held := slices.Collect(maps.Keys(ps.permits))
 	ps.mu.Unlock()
-	// Semaphores on different masters are renewed side by side, so that
-	// one master that stopped answering does not hold up the others.
-	lease := ps.c.cfg.watchdogTimeout
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, 8)
-	for _, group := range groups {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			ps.renewGroup(ctx, lease, group)
-		}()
-	}
-	wg.Wait()
-}
-
-// renewGroup renews the permits of one semaphore in one script call.
-func (ps *permitSet) renewGroup(ctx context.Context, lease time.Duration, group []*permit) {
-	s := group[0].s
-	start := time.Now()
-	now := nowMillis(start)
-	args := []any{now, ps.c.publish, now + lease.Milliseconds()}
-	for _, p := range group {
-		args = append(args, p.id)
-	}
-	held, err := runScript(ctx, ps.c, scripts.PsemLease, s.keys(), args...).Int64Slice()
-	if err == nil && len(held) != len(group) {
-		err = fmt.Errorf("unexpected reply %v", held)
-	}
-	if err != nil {
-		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			ps.c.cfg.logger.Warn("dlock: permit renewal failed; retrying at the next tick", "semaphore", s.name, "error", err)
-		}
-		return
-	}
-	for i, p := range group {
-		if held[i] == 1 {
-			p.extend(start.Add(lease))
-		} else if !p.isReleased() {
-			p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
-		}
+	for _, p := range held {
+		p.end(ErrClosed)
 	}
 }

@@ -11,11 +11,50 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The watchdog visits every hold each interval: it renews the lease of a
-// hold taken without WithLease, and checks that a hold with a fixed lease
-// is still there, so that every hold's loss (a ForceUnlock, an operator's
-// DEL, a Java read renewal that shortened a read-write lock) is noticed
-// within one interval, not at the end of its lease.
+// The watchdog visits every hold each interval, the permits of a
+// PermitSemaphore too: it renews the lease of a hold taken without
+// WithLease, and checks that a hold with a fixed lease is still there, so
+// that every hold's loss (a ForceUnlock, an operator's DEL, a Java read
+// renewal that shortened a read-write lock, a permit released by its id)
+// is noticed within one interval, not at the end of its lease.
+
+// leased is what the Client's one watchdog keeps: a lock's hold or a
+// permit of a PermitSemaphore. Each entry names its group and renews its
+// group's chunks, so that the watchdog (one ticker, one batching and
+// chunking, one deadline per tick) keeps every lease without knowing
+// which kind it keeps.
+type leased interface {
+	// renewGroup names the entries renewed with this one by one script
+	// call: the same script, the same lease (renewed, or fixed and only
+	// checked), keys in one hash slot.
+	renewGroup() string
+	// renewChunk renews chunk, entries of this one's group, within ctx
+	// (the watchdog's tick). It tells every entry that Redis no longer
+	// has that it is lost; an error leaves them all as they are.
+	renewChunk(ctx context.Context, chunk []leased) error
+}
+
+// keep is the watchdog's renew function: a chunk holds entries of one
+// group, so its first entry renews them all.
+func keep(ctx context.Context, _ string, chunk []leased) error {
+	return chunk[0].renewChunk(ctx, chunk)
+}
+
+// entries returns the entries of a chunk as what they are: all of one
+// group, so all of one type.
+func entries[T leased](chunk []leased) []T {
+	out := make([]T, len(chunk))
+	for i, e := range chunk {
+		out[i] = e.(T)
+	}
+	return out
+}
+
+func (hd *hold) renewGroup() string { return hd.c.renewGroup(hd) }
+
+func (hd *hold) renewChunk(ctx context.Context, chunk []leased) error {
+	return hd.c.renew(ctx, "", entries[*hold](chunk))
+}
 
 // renewer renews one kind's holds for the watchdog, many per script call.
 type renewer interface {
@@ -131,4 +170,91 @@ func runRenewal(ctx context.Context, c *Client, s *redis.Script, keys []string, 
 		alive[i] = r == 1
 	}
 	return alive, nil
+}
+
+// renewGroup puts a permit with the others of its semaphore (whose keys
+// share a hash slot) and of its lease: renewed, or fixed and checked.
+func (p *permit) renewGroup() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := "psem:" + p.s.name
+	if !p.watchdog {
+		g += ":fixed"
+	}
+	return g
+}
+
+func (p *permit) renewChunk(ctx context.Context, chunk []leased) error {
+	return p.s.c.renewPermits(ctx, entries[*permit](chunk))
+}
+
+// renewPermits renews permits of one semaphore for the watchdog: those
+// without a fixed lease get the watchdog timeout again, those with one
+// are checked. A permit being released is left alone, and so is one whose
+// lease UpdateLease is setting: it sets it. Each permit's lease mode is
+// read here, not when the tick grouped it, since UpdateLease may have
+// switched it since.
+func (c *Client) renewPermits(ctx context.Context, permits []*permit) error {
+	var claimed, renewed, fixed []*permit
+	defer func() {
+		for _, p := range claimed {
+			p.lease.Unlock()
+		}
+	}()
+	for _, p := range permits {
+		if !p.lease.TryLock() {
+			continue // UpdateLease sets its lease
+		}
+		claimed = append(claimed, p)
+		p.mu.Lock()
+		switch {
+		case p.ended || p.releasing:
+		case p.watchdog:
+			renewed = append(renewed, p)
+		default:
+			fixed = append(fixed, p)
+		}
+		p.mu.Unlock()
+	}
+	if err := c.leasePermits(ctx, c.cfg.watchdogTimeout, renewed); err != nil {
+		return err
+	}
+	return c.leasePermits(ctx, 0, fixed)
+}
+
+// leasePermits sets the lease of permits, all of one semaphore, to lease
+// from now, or with lease 0 checks that Redis still has them, in one
+// script call. A permit Redis no longer has is lost: its context is
+// cancelled with cause ErrLockLost.
+func (c *Client) leasePermits(ctx context.Context, lease time.Duration, permits []*permit) error {
+	if len(permits) == 0 {
+		return nil
+	}
+	s := permits[0].s
+	start := time.Now()
+	now := nowMillis(start)
+	args := []any{now, c.publish, int64(0)} // expiry 0: only check
+	if lease > 0 {
+		args[2] = now + lease.Milliseconds()
+	}
+	for _, p := range permits {
+		args = append(args, p.id)
+	}
+	held, err := runScript(ctx, c, scripts.PsemLease, s.keys(), args...).Int64Slice()
+	if err == nil && len(held) != len(permits) {
+		err = fmt.Errorf("unexpected reply %v", held)
+	}
+	if err != nil {
+		return fmt.Errorf("dlock: semaphore %q: renewing %d permits: %w", s.name, len(permits), err)
+	}
+	for i, p := range permits {
+		switch {
+		case held[i] == 1 && lease > 0:
+			p.extend(start.Add(lease))
+		case held[i] == 1:
+		case !p.isReleased():
+			p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
+		}
+	}
+	return nil
 }

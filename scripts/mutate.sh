@@ -264,17 +264,42 @@ m "permits: reclaim frees no expired permit" internal/scripts/psem_reclaim.lua \
   "if #expired > 0 then" \
   "if false then" \
   . '^(TestPermitSemaphoreWatchdog)$'
-# The watchdog renews a live holder's permits before their lease runs out.
-m "permits: watchdog does not renew permits" permit_semaphore.go \
-  "			ps.renew(tctx)" \
-  "			_ = tctx" \
-  . '^(TestPermitSemaphoreWatchdog)$'
+# The Client's one watchdog, which renews its locks, renews a live
+# holder's permits before their lease runs out.
+m "permits: watchdog does not renew permits" renew.go \
+  "	return p.s.c.renewPermits(ctx, entries[*permit](chunk))" \
+  "	return nil" \
+  . '^(TestPermitSemaphoreWatchdog|TestPermitSemaphoreSharedWatchdog)$'
 # The renewal that finds a permit gone (released by id, deleted) cancels
 # its context at once, not when the local lease runs out.
-m "permits: renewal does not report a lost permit" permit_semaphore.go \
+m "permits: renewal does not report a lost permit" renew.go \
   'p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))' \
   '_ = fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name)' \
-  . '^(TestPermitSemaphoreRenewalFindsLoss)$'
+  . '^(TestPermitSemaphoreRenewalFindsLoss|TestPermitSemaphoreFixedLeaseLossNoticed)$'
+# The watchdog checks a permit with a fixed lease, as it checks a lock's
+# fixed-lease hold: its loss is noticed within an interval.
+m "permits: watchdog does not check fixed-lease permits" renew.go \
+  "	return c.leasePermits(ctx, 0, fixed)" \
+  "	return nil" \
+  . '^(TestPermitSemaphoreFixedLeaseLossNoticed)$'
+# ... and only checks it: a fixed lease is not renewed.
+m "permits: watchdog renews fixed-lease permits" renew.go \
+  "	return c.leasePermits(ctx, 0, fixed)" \
+  "	return c.leasePermits(ctx, c.cfg.watchdogTimeout, fixed)" \
+  . '^(TestPermitSemaphoreFixedLeaseLossNoticed)$'
+# A permit that ended leaves the watchdog.
+m "permits: an ended permit stays in the watchdog" permit_semaphore.go \
+  "	p.s.c.watchdog.Remove(p)" \
+  "	_ = p" \
+  . '^(TestPermitSemaphoreSharedWatchdog)$'
+# UpdateLease waits for a renewal of its permit on the way: otherwise the
+# renewal sets the watchdog lease over the fixed one UpdateLease set.
+m "permits: UpdateLease does not wait for a renewal" permit_semaphore.go \
+  "	p.lease.Lock()
+	defer p.lease.Unlock()
+	d := s.leaseOf(lease)" \
+  "	d := s.leaseOf(lease)" \
+  . '^(TestPermitSemaphoreUpdateLeaseDuringRenewal)$'
 # A count-down to 0 publishes Redisson's zero message, which wakes waiters.
 m "latch: count-down does not publish zero" internal/scripts/latch_count_down.lua \
   "  redis.call(ARGV[1], KEYS[2], 0)
