@@ -106,16 +106,18 @@ func (l *CountDownLatch) count(ctx context.Context) (int, error) {
 // at the count on any other message and at least every second, so a lost
 // message costs a second, never a hang (Redisson would wait forever). When
 // ctx ends first the error wraps ctx.Err().
-func (l *CountDownLatch) Await(ctx context.Context) error {
+func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
+	ob := l.c.observeWait(ctx, LockInfo{Name: l.name, Kind: KindLatch}, nil, OutcomeOpened) // observe.go; nil without observers
+	defer func() { ob.returned(err) }()
 	// The hub hands a zero message to one waiter of the channel: the
 	// Client's waiters on the latch share a gate, which the first of them
 	// to see the latch open opens for the others.
 	g := l.c.latches.enter(l.name)
 	defer l.c.latches.leave(l.name, g)
-	err := wait(ctx, l.c, l.channel, g.open, func() (bool, time.Duration, error) {
+	err = wait(ctx, l.c, l.channel, g.open, ob.sleeps(func() (bool, time.Duration, error) {
 		select {
 		case <-g.open:
 			return true, 0, nil
@@ -133,7 +135,7 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 			return true, 0, nil
 		}
 		return false, 0, nil
-	})
+	}))
 	if errors.Is(err, errGaveUp) {
 		return fmt.Errorf("dlock: latch %q: await: %w", l.name, ctxErr(ctx))
 	}

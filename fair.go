@@ -105,6 +105,7 @@ func (k *fairKind) key() string                 { return k.name }
 func (k *fairKind) field(owner string) string   { return owner }
 func (k *fairKind) role() string                { return "" }
 func (k *fairKind) renewer() renewer            { return hashRenewer{} }
+func (k *fairKind) label() string               { return KindFair }
 func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" + owner }
 
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {

@@ -40,6 +40,10 @@ type kind interface {
 	forceRelease(ctx context.Context) (bool, error)
 	// renewer renews this kind's holds for the watchdog.
 	renewer() renewer
+	// label is the Kind this kind's events report to observers
+	// (LockInfo.Kind): each kind declares its own, so that observe.go
+	// names none.
+	label() string
 }
 
 // abandoner is implemented by kinds that keep waiters in Redis (the fair

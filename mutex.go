@@ -58,6 +58,7 @@ func (k *mutexKind) key() string               { return k.name }
 func (k *mutexKind) field(owner string) string { return owner }
 func (k *mutexKind) role() string              { return "" }
 func (k *mutexKind) renewer() renewer          { return hashRenewer{} }
+func (k *mutexKind) label() string             { return KindMutex }
 func (k *mutexKind) channel(string) string     { return k.channelName }
 
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {

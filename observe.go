@@ -7,45 +7,71 @@ import (
 	"time"
 )
 
-// Observer receives a Client's lock events, for metrics, traces or logs
-// (module github.com/dlock-go/dlock/dlockotel turns them into OpenTelemetry
-// metrics and spans). Every hook is optional: a nil hook is skipped, and a
-// Client made without WithObserver does no observing work beyond one
-// length check per event.
+// Observer receives a Client's events about its locks and synchronizers
+// (Semaphore, PermitSemaphore, CountDownLatch), for metrics, traces or
+// logs (module github.com/dlock-go/dlock/dlockotel turns them into
+// OpenTelemetry metrics and spans). Every hook is optional: a nil hook is
+// skipped, and a Client made without WithObserver does no observing work
+// beyond one length check per event.
+//
+// A synchronizer's wait and hold are reported as a lock's, LockInfo.Kind
+// telling them apart. The hooks each call fires:
+//
+//	Lock, TryLock (every lock kind)       LockStart, Wait per sleep, LockEnd
+//	Unlock                                Unlocked
+//	Semaphore Acquire, TryAcquire         LockStart, Wait per sleep, LockEnd
+//	Semaphore Release                     Unlocked (Held unknown: negative)
+//	PermitSemaphore Acquire, TryAcquire   LockStart, Wait per sleep, LockEnd
+//	PermitSemaphore Release               Unlocked
+//	CountDownLatch Await                  LockStart, Wait per sleep, LockEnd (OutcomeOpened)
+//	a lock's hold or a permit ends        Lost
+//	  without Unlock or Release
+//	a watchdog renewal call               Renewal
+//	a pub/sub connection reopened         Reconnect
+//
+// Each Semaphore Acquire is one hold (of its n permits), each Release the
+// end of one; a PermitSemaphore's permit is a hold with a lease, lost like
+// a lock's. A CountDownLatch Await is a wait with no hold after it. Other
+// calls (AddPermits, DrainPermits, CountDown, ...) report nothing.
 //
 // Hooks run synchronously on the goroutine doing the work (a Lock's
 // caller, an Unlock's caller, the watchdog, the pub/sub reader), possibly
 // concurrently. They must return quickly, must not block, and must not
 // call the Client's locks or Close.
 type Observer struct {
-	// LockStart is called when a Lock or TryLock starts, once its
-	// arguments are checked. The context it returns, if not nil, replaces
-	// ctx in this call's Wait and LockEnd hooks (a tracer starts a span
-	// here); it reaches neither Redis nor the lock context.
+	// LockStart is called when a Lock or TryLock (or a synchronizer's
+	// Acquire, TryAcquire or Await) starts, once its arguments are
+	// checked. The context it returns, if not nil, replaces ctx in this
+	// call's Wait and LockEnd hooks (a tracer starts a span here); it
+	// reaches neither Redis nor the lock context.
 	LockStart func(ctx context.Context, l LockInfo) context.Context
 
 	// Wait is called each time a Lock goes to sleep because another owner
-	// holds the lock. The first call (Round 1) is the start of its wait.
+	// holds the lock (a synchronizer's call: because no permit is free, or
+	// the latch is closed). The first call (Round 1) is the start of its
+	// wait.
 	Wait func(ctx context.Context, l LockInfo, w WaitInfo)
 
-	// LockEnd is called when a Lock or TryLock that LockStart saw returns,
-	// with its outcome.
+	// LockEnd is called when a call that LockStart saw returns, with its
+	// outcome.
 	LockEnd func(ctx context.Context, l LockInfo, e LockEnd)
 
 	// Unlocked is called when an Unlock releases an acquisition: the last
 	// one of the owner's hold, which released the lock in Redis (Last), or
-	// a re-entrant one. It is not called for an Unlock that found nothing
-	// to release (the hold was released or lost before). ctx is the
-	// Unlock's context.
+	// a re-entrant one; and when a Semaphore or PermitSemaphore Release
+	// gives back permits (Last). It is not called for an Unlock or a
+	// PermitSemaphore Release that found nothing to release (the hold was
+	// released or lost before). ctx is the Unlock's or Release's context.
 	Unlocked func(ctx context.Context, l LockInfo, u UnlockInfo)
 
 	// Renewal is called after each renewal script call of the watchdog,
 	// which renews up to WithRenewalBatchSize holds at once.
 	Renewal func(r RenewalInfo)
 
-	// Lost is called when a hold ends without an Unlock: its lease ran out
-	// before it was renewed, the watchdog found it gone from Redis, or the
-	// Client was closed. Its lock contexts are cancelled right after.
+	// Lost is called when a hold (a lock's, or a PermitSemaphore's permit)
+	// ends without an Unlock or Release: its lease ran out before it was
+	// renewed, a renewal found it gone from Redis, or the Client was
+	// closed. Its lock or permit contexts are cancelled right after.
 	Lost func(l LockInfo, e LostInfo)
 
 	// Reconnect is called when a pub/sub connection that waiters share is
@@ -55,13 +81,13 @@ type Observer struct {
 	Reconnect func(r ReconnectInfo)
 }
 
-// WithObserver makes the Client report its lock events to o. It may be
+// WithObserver makes the Client report its events to o. It may be
 // given more than once: every observer hears every event, in the order
 // given. Without it the Client does no observing work.
 func WithObserver(o Observer) Option {
 	return func(c *config) {
 		if c.obs == nil {
-			c.obs = &observers{since: map[*acquisition]time.Time{}}
+			c.obs = &observers{since: map[any]time.Time{}}
 		}
 		c.obs.list = append(c.obs.list, &o)
 	}
@@ -71,25 +97,28 @@ func WithObserver(o Observer) Option {
 type observers struct {
 	list []*Observer
 	mu   sync.Mutex
-	// since is when each acquisition that is held was taken (from the
-	// return of its Lock), for hold times.
-	since map[*acquisition]time.Time
+	// since is when each acquisition or permit that is held was taken
+	// (from the return of its Lock or Acquire), for hold times.
+	since map[any]time.Time
 }
 
-// Lock kinds, as reported in LockInfo.Kind.
+// Kinds of locks and synchronizers, as reported in LockInfo.Kind.
 const (
-	KindMutex   = "mutex"   // Mutex
-	KindFair    = "fair"    // FairMutex
-	KindRead    = "read"    // RWMutex's read lock
-	KindWrite   = "write"   // RWMutex's write lock
-	KindRedLock = "redlock" // RedLock (reported by its first node's Client)
+	KindMutex     = "mutex"     // Mutex
+	KindFair      = "fair"      // FairMutex
+	KindRead      = "read"      // RWMutex's read lock
+	KindWrite     = "write"     // RWMutex's write lock
+	KindRedLock   = "redlock"   // RedLock (reported by its first node's Client)
+	KindSemaphore = "semaphore" // Semaphore
+	KindPermit    = "permit"    // PermitSemaphore
+	KindLatch     = "latch"     // CountDownLatch
 )
 
-// LockInfo names the lock an event is about.
+// LockInfo names the lock or synchronizer an event is about.
 type LockInfo struct {
-	Name string // the lock's name
-	Kind string // KindMutex, KindFair, KindRead, KindWrite or KindRedLock
-	Try  bool   // the event belongs to a TryLock (LockStart, LockEnd)
+	Name string // the lock's or synchronizer's name
+	Kind string // one of the Kind constants
+	Try  bool   // the event belongs to a TryLock or TryAcquire (LockStart, LockEnd)
 }
 
 // WaitInfo describes one sleep of a waiting Lock.
@@ -99,23 +128,26 @@ type WaitInfo struct {
 	// HolderTTL is how long the current hold had left when the attempt
 	// before this sleep found the lock held (negative: the key has no
 	// expiry). The sleep lasts at most that long, unless woken earlier.
+	// For a PermitSemaphore it is how long the earliest held permit had
+	// left (0: not known); for a Semaphore or a CountDownLatch, 0.
 	HolderTTL time.Duration
 }
 
-// Outcome is how a Lock or TryLock ended.
+// Outcome is how a Lock or TryLock (or a synchronizer's call) ended.
 type Outcome string
 
-// Outcomes of Lock and TryLock.
+// Outcomes of Lock and TryLock, and of the synchronizers' calls.
 const (
-	OutcomeAcquired Outcome = "acquired" // the lock is held
-	OutcomeBusy     Outcome = "busy"     // TryLock: another owner holds it
+	OutcomeAcquired Outcome = "acquired" // the lock (or a permit) is held
+	OutcomeOpened   Outcome = "opened"   // CountDownLatch Await: the latch is open; no hold follows
+	OutcomeBusy     Outcome = "busy"     // TryLock, TryAcquire: another owner holds it, no permit is free
 	OutcomeTimeout  Outcome = "timeout"  // ctx's deadline passed first
 	OutcomeCanceled Outcome = "canceled" // ctx was cancelled first
 	OutcomeClosed   Outcome = "closed"   // the Client was closed
 	OutcomeError    Outcome = "error"    // Redis failed, or a usage error
 )
 
-// LockEnd is the outcome of one Lock or TryLock.
+// LockEnd is the outcome of one Lock or TryLock (or synchronizer call).
 type LockEnd struct {
 	Outcome Outcome
 	// Wait is how long the call took, from LockStart to its return.
@@ -125,20 +157,25 @@ type LockEnd struct {
 	// Reentry is set when the owner already held the lock: the
 	// acquisition only counted one more hold.
 	Reentry bool
-	// Err is the call's error, nil when acquired.
+	// Err is the call's error, nil when acquired or opened (a Semaphore
+	// TryAcquire that got nothing, which returns false, reports
+	// ErrNotObtained).
 	Err error
 }
 
-// UnlockInfo describes one released acquisition.
+// UnlockInfo describes one released acquisition (or Release).
 type UnlockInfo struct {
 	// Held is how long the acquisition was held, from the return of its
-	// Lock to the Unlock.
+	// Lock (or Acquire) to the Unlock (or Release). It is negative for a
+	// Semaphore's Release: its permits have no owner, so the Acquire it
+	// ends is not known.
 	Held time.Duration
 	// Last is set when the Unlock ended the owner's hold and released the
-	// lock in Redis; otherwise an inner re-entrant hold was counted down.
+	// lock in Redis (always, for a Release); otherwise an inner re-entrant
+	// hold was counted down.
 	Last bool
 	// Err is the Unlock's error. It wraps ErrNotHeld when Redis no longer
-	// had the lock at the release: it had been lost unnoticed.
+	// had the lock (or permit) at the release: it had been lost unnoticed.
 	Err error
 }
 
@@ -158,8 +195,9 @@ const (
 	// LostExpired: the lease ran out on the local clock before a renewal
 	// confirmed it (Redis unreachable, or a fixed lease that ran out).
 	LostExpired LostCause = "expired"
-	// LostRejected: the watchdog found the hold gone from Redis (deleted,
-	// force-unlocked, expired there, or taken by another owner).
+	// LostRejected: a renewal found the hold gone from Redis (deleted,
+	// force-unlocked, expired there, or taken by another owner; a permit
+	// reclaimed or released by id).
 	LostRejected LostCause = "rejected"
 	// LostClosed: the Client was closed with the hold still held; the lock
 	// expires in Redis with its lease.
@@ -187,12 +225,15 @@ type ReconnectInfo struct {
 // observing reports whether the Client has observers.
 func (c *Client) observing() bool { return c.cfg.obs != nil }
 
-// lockObs is the observed state of one Lock or TryLock call; a nil
-// *lockObs (no observers) does nothing.
+// lockObs is the observed state of one Lock or TryLock call, or of a
+// synchronizer's Acquire, TryAcquire or Await; a nil *lockObs (no
+// observers) does nothing.
 type lockObs struct {
-	h      *handle
+	c      *Client
 	ctx    context.Context
 	info   LockInfo
+	held   any     // the context key of what a success holds; nil: none
+	got    Outcome // the outcome of a success
 	start  time.Time
 	rounds int
 }
@@ -203,7 +244,18 @@ func (c *Client) observeLock(ctx context.Context, h *handle, try bool) *lockObs 
 	if !c.observing() {
 		return nil
 	}
-	o := &lockObs{h: h, ctx: ctx, info: LockInfo{Name: h.name, Kind: kindName(h.kind), Try: try}, start: time.Now()}
+	return c.observeWait(ctx, LockInfo{Name: h.name, Kind: h.kind.label(), Try: try}, h.acqKey, OutcomeAcquired)
+}
+
+// observeWait starts observing a call that may wait, described by l:
+// LockStart. held is the key under which the context a success returns
+// carries what it holds (nil: it returns none), got the Outcome of a
+// success. It returns nil when the Client has no observers.
+func (c *Client) observeWait(ctx context.Context, l LockInfo, held any, got Outcome) *lockObs {
+	if !c.observing() {
+		return nil
+	}
+	o := &lockObs{c: c, ctx: ctx, info: l, held: held, got: got, start: time.Now()}
 	for _, ob := range c.cfg.obs.list {
 		if ob.LockStart != nil {
 			if octx := ob.LockStart(o.ctx, o.info); octx != nil {
@@ -220,39 +272,95 @@ func (o *lockObs) sleeping(res attemptResult) {
 	if o == nil {
 		return
 	}
+	o.sleep(res.ttl)
+}
+
+func (o *lockObs) sleep(holderTTL time.Duration) {
 	o.rounds++
-	w := WaitInfo{Round: o.rounds, HolderTTL: res.ttl}
-	for _, ob := range o.h.c.cfg.obs.list {
+	w := WaitInfo{Round: o.rounds, HolderTTL: holderTTL}
+	for _, ob := range o.c.cfg.obs.list {
 		if ob.Wait != nil {
 			ob.Wait(o.ctx, o.info, w)
 		}
 	}
 }
 
-// done reports the end of the Lock: LockEnd.
+// sleeps returns attempt, made to report a Wait each time it asks wait
+// (synchronizer.go) for a sleep; attempt itself when o is nil.
+func (o *lockObs) sleeps(attempt attemptFunc) attemptFunc {
+	if o == nil {
+		return attempt
+	}
+	return func() (bool, time.Duration, error) {
+		done, d, err := attempt()
+		if !done && err == nil {
+			o.sleep(d)
+		}
+		return done, d, err
+	}
+}
+
+// done reports the end of the call: LockEnd. lockCtx is the context it
+// returned, if any.
 func (o *lockObs) done(lockCtx context.Context, err error) {
 	if o == nil {
 		return
 	}
 	now := time.Now()
 	e := LockEnd{Outcome: outcome(err), Wait: now.Sub(o.start), Rounds: o.rounds, Err: err}
-	if err == nil && lockCtx != nil {
-		h := o.h
-		if acq, ok := lockCtx.Value(h.acqKey).(*acquisition); ok {
-			h.c.mu.Lock()
-			e.Reentry = len(acq.hold.acqs) > 0 && acq.hold.acqs[0] != acq
-			h.c.mu.Unlock()
-			obs := h.c.cfg.obs
+	if err == nil {
+		e.Outcome = o.got
+		if held := valueOf(lockCtx, o.held); held != nil {
+			e.Reentry = o.c.reentered(held)
+			obs := o.c.cfg.obs
 			obs.mu.Lock()
-			obs.since[acq] = now
+			obs.since[held] = now
 			obs.mu.Unlock()
 		}
 	}
-	for _, ob := range o.h.c.cfg.obs.list {
+	for _, ob := range o.c.cfg.obs.list {
 		if ob.LockEnd != nil {
 			ob.LockEnd(o.ctx, o.info, e)
 		}
 	}
+}
+
+// returned reports the end of a call that returns no context (a
+// Semaphore's Acquire, a latch's Await): LockEnd.
+func (o *lockObs) returned(err error) {
+	if o == nil {
+		return
+	}
+	o.done(context.Background(), err)
+}
+
+// tried reports the end of a try that returns whether it succeeded (a
+// Semaphore's TryAcquire): LockEnd, busy when it did not.
+func (o *lockObs) tried(ok bool, err error) {
+	if !ok && err == nil {
+		err = ErrNotObtained
+	}
+	o.returned(err)
+}
+
+// valueOf returns ctx's value for key; nil when either is nil.
+func valueOf(ctx context.Context, key any) any {
+	if ctx == nil || key == nil {
+		return nil
+	}
+	return ctx.Value(key)
+}
+
+// reentered reports whether held is a re-entrant acquisition: its owner
+// held the lock already.
+func (c *Client) reentered(held any) bool {
+	acq, ok := held.(*acquisition)
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(acq.hold.acqs) > 0 && acq.hold.acqs[0] != acq
 }
 
 // outcome classifies a Lock's error.
@@ -286,10 +394,32 @@ func (c *Client) observeUnlock(ctx context.Context, h *handle, acq *acquisition,
 	last := !c.registered(acq.hold)
 	c.mu.Unlock()
 	u := UnlockInfo{Held: held, Last: last, Err: *err}
-	info := LockInfo{Name: h.name, Kind: kindName(h.kind)}
+	c.unlocked(ctx, LockInfo{Name: h.name, Kind: h.kind.label()}, u)
+}
+
+// observeRelease reports a synchronizer's Release, described by l, of
+// held (what its Acquire's context carried; nil: not known), that
+// returned *err: Unlocked. It is deferred by Release, hence the pointer.
+// A held that is not known (released or lost before) is not reported.
+func (c *Client) observeRelease(ctx context.Context, l LockInfo, held any, err *error) {
+	if !c.observing() {
+		return
+	}
+	u := UnlockInfo{Held: -1, Last: true, Err: *err}
+	if held != nil {
+		d, ok := c.cfg.obs.forget(held)
+		if !ok {
+			return
+		}
+		u.Held = d
+	}
+	c.unlocked(ctx, l, u)
+}
+
+func (c *Client) unlocked(ctx context.Context, l LockInfo, u UnlockInfo) {
 	for _, ob := range c.cfg.obs.list {
 		if ob.Unlocked != nil {
-			ob.Unlocked(ctx, info, u)
+			ob.Unlocked(ctx, l, u)
 		}
 	}
 }
@@ -346,10 +476,31 @@ func (c *Client) lost(hd *hold, acqs []*acquisition, cause LostCause, err error)
 			e.Held = max(e.Held, held)
 		}
 	}
-	info := LockInfo{Name: hd.kind.key(), Kind: kindName(hd.kind)}
+	c.reportLost(LockInfo{Name: hd.kind.key(), Kind: hd.kind.label()}, e)
+}
+
+// observeLoss reports that held (a permit), described by l, ended with
+// err without a Release: Lost. expired says its lease had run out on the
+// local clock; an err wrapping ErrClosed is a loss to Close.
+func (c *Client) observeLoss(l LockInfo, held any, expired bool, err error) {
+	if !c.observing() {
+		return
+	}
+	e := LostInfo{Cause: LostRejected, Acquisitions: 1, Err: err}
+	switch {
+	case errors.Is(err, ErrClosed):
+		e.Cause = LostClosed
+	case expired:
+		e.Cause = LostExpired
+	}
+	e.Held, _ = c.cfg.obs.forget(held)
+	c.reportLost(l, e)
+}
+
+func (c *Client) reportLost(l LockInfo, e LostInfo) {
 	for _, ob := range c.cfg.obs.list {
 		if ob.Lost != nil {
-			ob.Lost(info, e)
+			ob.Lost(l, e)
 		}
 	}
 }
@@ -366,9 +517,10 @@ func (c *Client) observeReconnect(err error) {
 	}
 }
 
-// forget returns how long acq has been held and forgets it; ok is false
-// when it was not known (or forgotten already).
-func (o *observers) forget(acq *acquisition) (held time.Duration, ok bool) {
+// forget returns how long acq (an acquisition or a permit) has been held
+// and forgets it; ok is false when it was not known (or forgotten
+// already).
+func (o *observers) forget(acq any) (held time.Duration, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	since, ok := o.since[acq]
@@ -377,22 +529,4 @@ func (o *observers) forget(acq *acquisition) (held time.Duration, ok bool) {
 		held = time.Since(since)
 	}
 	return held, ok
-}
-
-// kindName is the Kind reported for k.
-func kindName(k kind) string {
-	switch k.(type) {
-	case *mutexKind:
-		return KindMutex
-	case *fairKind:
-		return KindFair
-	case *readKind:
-		return KindRead
-	case *writeKind:
-		return KindWrite
-	case *redKind:
-		return KindRedLock
-	default:
-		return "other"
-	}
 }

@@ -330,3 +330,308 @@ func BenchmarkLockUnlockObserved(b *testing.B) {
 		}
 	}
 }
+
+// TestObserverKinds: each lock kind reports the Kind it declares.
+func TestObserverKinds(t *testing.T) {
+	ctx := context.Background()
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()))
+	name := lockName(t)
+	fair, err := c.NewFairMutex(name + ":fair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, err := c.NewRWMutex(name + ":rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nodes := redLockNodes(t, 3, WithObserver(rec.observer()))
+	red := mustRedLock(t, nodes, name+":red")
+	locks := []struct {
+		kind string
+		l    Locker
+	}{
+		{KindMutex, mustMutex(t, c, name)}, {KindFair, fair}, {KindRead, rw.ReadLock()},
+		{KindWrite, rw.WriteLock()}, {KindRedLock, red},
+	}
+	for _, l := range locks {
+		lctx := mustLock(t, ctx, l.l)
+		if err := l.l.Unlock(lctx); err != nil {
+			t.Fatal(err)
+		}
+		ev := rec.eventList()
+		if want := "unlock " + l.kind + " "; len(ev) < 3 || !strings.HasPrefix(ev[len(ev)-3], "start "+l.kind+" ") || !strings.HasPrefix(ev[len(ev)-1], want) {
+			t.Errorf("%s: events end with %q, want its start and unlock", l.kind, ev[max(0, len(ev)-3):])
+		}
+	}
+}
+
+// TestObserverSemaphore: a Semaphore's Acquire and TryAcquire are
+// reported as a lock's (LockStart, Wait, LockEnd; busy when TryAcquire
+// gets nothing) and its Release as an Unlocked whose hold time is not
+// known; setting permits reports nothing.
+func TestObserverSemaphore(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()))
+	name := lockName(t)
+	s, err := c.NewSemaphore(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.TryAcquire(ctx, 1); ok || err != nil {
+		t.Fatalf("TryAcquire with no permit left: %v, %v", ok, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		err := s.Acquire(ctx, 1) // waits for the Release below
+		if err == nil {
+			err = s.Release(ctx, 1)
+		}
+		got <- err
+	}()
+	rec.await(t, "the waiter's first sleep", func() bool { return len(rec.waits) >= 1 })
+	if err := s.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, 10*time.Second, "the waiting Acquire and its Release"); err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, "two releases", func() bool { return len(rec.unlocks) == 2 })
+
+	want := []string{
+		"start semaphore " + name + " try=false",
+		"end " + name + " acquired reentry=false mark=" + name,
+		"start semaphore " + name + " try=true",
+		"end " + name + " busy reentry=false mark=" + name,
+		"start semaphore " + name + " try=false",
+		"wait " + name + " round=1 mark=" + name,
+		"unlock semaphore " + name + " last=true",
+		"end " + name + " acquired reentry=false mark=" + name,
+		"unlock semaphore " + name + " last=true",
+	}
+	// The main goroutine's Release and the waiter's Acquire end on their
+	// own goroutines: their order varies; later sleeps are not compared.
+	ev := slices.DeleteFunc(rec.eventList(), func(e string) bool {
+		return strings.HasPrefix(e, "wait ") && !strings.Contains(e, " round=1 ")
+	})
+	if len(ev) == len(want) {
+		slices.Sort(ev[6:])
+		slices.Sort(want[6:])
+	}
+	if !slices.Equal(ev, want) {
+		t.Fatalf("events:\n%q\nwant:\n%q", ev, want)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if e := rec.ends[1]; !errors.Is(e.Err, ErrNotObtained) {
+		t.Errorf("TryAcquire that got nothing: %+v, want ErrNotObtained", e)
+	}
+	if e := rec.ends[2]; e.Rounds < 1 || e.Err != nil {
+		t.Errorf("waiting Acquire: %+v, want >= 1 round and no error", e)
+	}
+	for _, u := range rec.unlocks {
+		if u.Held >= 0 || !u.Last || u.Err != nil {
+			t.Errorf("Release: %+v, want an unknown (negative) hold time, last, no error", u)
+		}
+	}
+}
+
+// TestObserverPermitSemaphore: a permit is a hold with a lease: Acquire
+// and Release are reported as a Lock and its Unlock (with the hold time),
+// a wait reports the earliest holder's lease left, and a permit that ends
+// without Release is reported Lost like a lock: rejected when the renewal
+// finds it deleted, expired when its fixed lease runs out, closed at
+// Close. A permit found gone by Release is reported by Unlocked, not Lost.
+func TestObserverPermitSemaphore(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()), WithWatchdogTimeout(300*time.Millisecond))
+	name := lockName(t)
+	s := mustPermitSemaphore(t, c, name)
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// A hold and its release; a waiter sees the holder's lease.
+	p1, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("TryAcquire with no permit left: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(wctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire until its deadline: %v", err)
+	}
+	if err := s.Release(p1); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"start permit " + name + " try=false",
+		"end " + name + " acquired reentry=false mark=" + name,
+		"start permit " + name + " try=true",
+		"end " + name + " busy reentry=false mark=" + name,
+		"start permit " + name + " try=false",
+		"wait " + name + " round=1 mark=" + name,
+		"end " + name + " timeout reentry=false mark=" + name,
+		"unlock permit " + name + " last=true",
+	}
+	ev := slices.DeleteFunc(rec.eventList(), func(e string) bool {
+		return strings.HasPrefix(e, "wait ") && !strings.Contains(e, " round=1 ")
+	})
+	if !slices.Equal(ev, want) {
+		t.Fatalf("events:\n%q\nwant:\n%q", ev, want)
+	}
+	rec.mu.Lock()
+	if w := rec.waits[0]; w.HolderTTL <= 0 || w.HolderTTL > 300*time.Millisecond {
+		t.Errorf("wait: holder TTL %v, want within the watchdog lease (300ms)", w.HolderTTL)
+	}
+	if u := rec.unlocks[0]; u.Held < 100*time.Millisecond || !u.Last || u.Err != nil {
+		t.Errorf("Release: %+v, want held >= 100ms (the timed-out wait), last, no error", u)
+	}
+	rec.mu.Unlock()
+
+	// Deleted behind its holder's back: the renewal rejects it.
+	p2, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantEnded(t, p2, ErrLockLost)
+	rec.await(t, "the deleted permit lost", func() bool { return len(rec.lost) == 1 })
+	if err := s.Release(p2); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Release of a lost permit: %v", err)
+	}
+
+	// A fixed lease that runs out: expired.
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	short := mustPermitSemaphore(t, c, name, WithPermitLease(50*time.Millisecond))
+	p3, err := short.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEnded(t, p3, ErrLockLost)
+	rec.await(t, "the expired permit lost", func() bool { return len(rec.lost) == 2 })
+
+	// Deleted under a fixed lease (nothing renews it): Release finds it
+	// gone and reports it, as Unlock does a lock lost unnoticed.
+	long := mustPermitSemaphore(t, c, name, WithPermitLease(time.Minute))
+	p4, err := long.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Release(p4); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Release of a deleted permit: %v", err)
+	}
+
+	// Close ends the permits held.
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p5, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantEnded(t, p5, ErrClosed)
+	rec.await(t, "the permit lost to Close", func() bool { return len(rec.lost) == 3 })
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	causes := []LostCause{LostRejected, LostExpired, LostClosed}
+	for i, l := range rec.lost {
+		if l.Cause != causes[i] || l.Acquisitions != 1 || l.Held <= 0 || l.Err == nil {
+			t.Errorf("lost permit %d: %+v, want cause %s, one acquisition, held a while", i, l, causes[i])
+		}
+	}
+	if len(rec.unlocks) != 2 {
+		t.Fatalf("unlocks %+v, want 2: the release and the one that found its permit gone", rec.unlocks)
+	}
+	if u := rec.unlocks[1]; !errors.Is(u.Err, ErrNotHeld) || u.Held <= 0 {
+		t.Errorf("Release of a deleted permit: %+v, want ErrNotHeld and its hold time", u)
+	}
+	for _, e := range rec.events {
+		if strings.HasPrefix(e, "lost ") && !strings.HasPrefix(e, "lost permit "+name+" ") {
+			t.Errorf("event %q, want kind permit and the semaphore's name", e)
+		}
+	}
+}
+
+// TestObserverCountDownLatch: an Await is a wait with no hold after it:
+// LockStart, Wait per sleep, LockEnd with outcome opened (at once on an
+// open latch), timeout when ctx ends first.
+func TestObserverCountDownLatch(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()))
+	name := lockName(t)
+	l, err := c.NewCountDownLatch(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TrySetCount(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := l.Await(tctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Await on a closed latch until its deadline: %v", err)
+	}
+	rec.mu.Lock()
+	before := len(rec.waits) // the timed-out Await's sleeps
+	rec.mu.Unlock()
+	got := make(chan error, 1)
+	go func() { got <- l.Await(ctx) }()
+	rec.await(t, "the waiter's first sleep", func() bool { return len(rec.waits) > before })
+	if _, err := l.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, 10*time.Second, "the Await of a latch counted down"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Await(ctx); err != nil { // open: at once
+		t.Fatal(err)
+	}
+	want := []string{
+		"start latch " + name + " try=false",
+		"wait " + name + " round=1 mark=" + name,
+		"end " + name + " timeout reentry=false mark=" + name,
+		"start latch " + name + " try=false",
+		"wait " + name + " round=1 mark=" + name,
+		"end " + name + " opened reentry=false mark=" + name,
+		"start latch " + name + " try=false",
+		"end " + name + " opened reentry=false mark=" + name,
+	}
+	ev := slices.DeleteFunc(rec.eventList(), func(e string) bool {
+		return strings.HasPrefix(e, "wait ") && !strings.Contains(e, " round=1 ")
+	})
+	if !slices.Equal(ev, want) {
+		t.Fatalf("events:\n%q\nwant:\n%q", ev, want)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if e := rec.ends[1]; e.Rounds < 1 || e.Err != nil || e.Wait <= 0 {
+		t.Errorf("Await until the count-down: %+v, want >= 1 round, no error", e)
+	}
+	if e := rec.ends[2]; e.Rounds != 0 {
+		t.Errorf("Await on an open latch: %+v, want no sleep", e)
+	}
+}

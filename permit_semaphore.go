@@ -187,13 +187,14 @@ const outageBudget = 30 * time.Second
 // errNoPermit says why TryAcquire got nothing.
 var errNoPermit = errors.New("no permit available")
 
-func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (context.Context, error) {
+func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (got context.Context, err error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	var got context.Context
+	ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindPermit, Try: try}, permitKey{s.c, s.name}, OutcomeAcquired) // observe.go
+	defer func() { ob.done(got, err) }()
 	var failing time.Time // since when attempts fail without an answer
-	err := wait(ctx, s.c, s.channel, nil, func() (bool, time.Duration, error) {
+	err = wait(ctx, s.c, s.channel, nil, ob.sleeps(func() (bool, time.Duration, error) {
 		p, next, err := s.attempt(ctx)
 		switch {
 		case err != nil:
@@ -222,7 +223,7 @@ func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (context.Contex
 		}
 		failing = time.Time{}
 		return false, next, nil
-	})
+	}))
 	switch {
 	case errors.Is(err, errGaveUp):
 		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, ctxErr(ctx))
@@ -303,7 +304,7 @@ func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error)
 // given back without error: nobody else had it. After an error that is not
 // ErrNotHeld, Release may be called again; it then reports ErrNotHeld if
 // the first call did reach Redis.
-func (s *PermitSemaphore) Release(permitCtx context.Context) error {
+func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	if err := s.check(permitCtx); err != nil {
 		return err
 	}
@@ -314,6 +315,7 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) error {
 	if !p.startRelease() {
 		return fmt.Errorf("%w: semaphore %q: this permit was already released", ErrNotHeld, s.name)
 	}
+	defer s.c.observeRelease(permitCtx, LockInfo{Name: s.name, Kind: KindPermit}, p, &err)
 	// The permit context may be cancelled already (lost permit); the
 	// release still has to reach Redis, which may have the permit yet.
 	ctx := context.WithoutCancel(permitCtx)
@@ -537,8 +539,12 @@ func (p *permit) end(cause error) {
 		return
 	}
 	p.ended = true
-	p.timer.Stop()
+	expired := !p.timer.Stop() // it fired: the lease ran out
+	releasing := p.releasing   // Release reports its own end
 	p.mu.Unlock()
+	if !releasing {
+		p.s.c.observeLoss(LockInfo{Name: p.s.name, Kind: KindPermit}, p, expired, cause)
+	}
 	p.cancel(cause)
 	p.s.c.permits.remove(p)
 }

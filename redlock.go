@@ -130,6 +130,7 @@ func (k *redKind) field(owner string) string { return owner }
 func (k *redKind) role() string              { return "redlock" }
 func (k *redKind) channel(string) string     { return "" } // independent nodes share no channel: poll
 func (k *redKind) renewer() renewer          { return redRenewer{k} }
+func (k *redKind) label() string             { return KindRedLock }
 
 func (k *redKind) abandon(context.Context, request) error { return nil }
 

@@ -135,6 +135,7 @@ type readKind struct{ rwNames }
 func (k *readKind) field(owner string) string { return owner }
 func (k *readKind) role() string              { return "read" }
 func (k *readKind) renewer() renewer          { return readRenewer{} }
+func (k *readKind) label() string             { return KindRead }
 
 func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	return k.c.acquireScript(ctx, r, scripts.RWReadAcquire, []string{k.name, layout.ReadHoldPrefix(k.name, r.owner), k.token},
@@ -156,6 +157,7 @@ type writeKind struct{ rwNames }
 func (k *writeKind) field(owner string) string { return layout.WriteField(owner) }
 func (k *writeKind) role() string              { return "write" }
 func (k *writeKind) renewer() renewer          { return hashRenewer{} }
+func (k *writeKind) label() string             { return KindWrite }
 
 // upgradeRefused is the write acquire script's answer to an owner that
 // holds read locks only.

@@ -116,17 +116,19 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 // round trip after ctx ends. Only a reply lost to a broken connection or a
 // timeout can leave permits taken that nobody will release: the error then
 // wraps ErrNoReply (the script is not sent twice, see ErrNoReply).
-func (s *Semaphore) Acquire(ctx context.Context, n int) error {
+func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
 	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": acquire", n); err != nil {
 		return err
 	}
-	err := wait(ctx, s.c, s.channel, nil, func() (bool, time.Duration, error) {
+	ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindSemaphore}, nil, OutcomeAcquired) // observe.go; nil without observers
+	defer func() { ob.returned(err) }()
+	err = wait(ctx, s.c, s.channel, nil, ob.sleeps(func() (bool, time.Duration, error) {
 		ok, err := s.try(ctx, n)
 		return ok, 0, err
-	})
+	}))
 	if errors.Is(err, errGaveUp) {
 		return fmt.Errorf("%w: semaphore %q: %d permits: %w%s", ErrNotObtained, s.name, n, ctxErr(ctx), s.neverSet(ctx))
 	}
@@ -151,13 +153,15 @@ func (s *Semaphore) neverSet(ctx context.Context) string {
 
 // TryAcquire takes n permits (n > 0) if that many are available now, and
 // reports whether it did. It does not wait.
-func (s *Semaphore) TryAcquire(ctx context.Context, n int) (bool, error) {
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (ok bool, err error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
 	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": try acquire", n); err != nil {
 		return false, err
 	}
+	ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindSemaphore, Try: true}, nil, OutcomeAcquired)
+	defer func() { ob.tried(ok, err) }()
 	return s.try(ctx, n)
 }
 
@@ -174,13 +178,14 @@ func (s *Semaphore) try(ctx context.Context, n int) (bool, error) {
 // the count is not bounded: permits released that were not acquired add to
 // the available ones, which is how a semaphore is used to signal. An error
 // wrapping ErrNoReply means the release may or may not have happened.
-func (s *Semaphore) Release(ctx context.Context, n int) error {
+func (s *Semaphore) Release(ctx context.Context, n int) (err error) {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
 	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": release", n); err != nil {
 		return err
 	}
+	defer s.c.observeRelease(ctx, LockInfo{Name: s.name, Kind: KindSemaphore}, nil, &err)
 	// Not cut short by ctx either: a release the caller believes failed
 	// must not have happened.
 	if err := runScript(context.WithoutCancel(ctx), s.c, scripts.SemRelease, []string{s.name, s.channel}, n, s.c.publish).Err(); err != nil {

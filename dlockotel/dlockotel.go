@@ -1,8 +1,11 @@
-// Package dlockotel reports a dlock Client's locks to OpenTelemetry:
-// metrics (how long Lock waits and locks are held, by lock kind and
-// outcome; acquisitions, failures, lost locks, renewal latency; how many
-// locks are held and how many calls wait right now) and traces (a span per
-// Lock or TryLock, a child of the caller's span, with an event per sleep).
+// Package dlockotel reports a dlock Client's locks and synchronizers to
+// OpenTelemetry: metrics (how long Lock waits and locks are held, by lock
+// kind and outcome; acquisitions, failures, lost locks, renewal latency;
+// how many locks are held and how many calls wait right now) and traces (a
+// span per Lock or TryLock, a child of the caller's span, with an event per
+// sleep). A Semaphore's or PermitSemaphore's Acquire and Release and a
+// CountDownLatch's Await are reported as a lock's waits and holds, under
+// their own kind (semaphore, permit, latch).
 //
 // It is built on the OpenTelemetry API only: the application picks the SDK
 // and the exporters (Prometheus, OTLP, ...) and passes its providers, or
@@ -35,7 +38,11 @@ import (
 const ScopeName = "github.com/dlock-go/dlock/dlockotel"
 
 // Metric names, in OpenTelemetry's semantic-convention style: a dotted
-// namespace, durations in seconds, counts with a {unit} annotation.
+// namespace, durations in seconds, counts with a {unit} annotation. Lock
+// and Unlock stand for the synchronizers' calls too: Acquire, TryAcquire
+// and Await, Release. A latch's Await is a wait (outcome opened) with no
+// hold after it; a Semaphore's Release records no hold duration (its
+// permits have no owner, so how long they were held is not known).
 const (
 	MetricWaitDuration    = "dlock.lock.wait.duration" // histogram, s: time in Lock or TryLock; kind, outcome
 	MetricHoldDuration    = "dlock.lock.hold.duration" // histogram, s: time from a Lock's return to its Unlock; kind, reentrant, outcome
@@ -48,12 +55,12 @@ const (
 	MetricRenewedLocks    = "dlock.renewal.locks"      // counter: holds renewed (or found lost) by the watchdog; outcome
 	MetricReconnects      = "dlock.pubsub.reconnects"  // counter: pub/sub connections found broken and reopened
 	metricUnitSeconds     = "s"
-	spanLock, spanTryLock = "dlock.Lock", "dlock.TryLock" // span names
+	spanLock, spanTryLock = "dlock.Lock", "dlock.TryLock" // span names (see spanName)
 )
 
 // Attribute keys.
 const (
-	AttrKind      = attribute.Key("dlock.lock.kind")       // mutex, fair, read, write, redlock
+	AttrKind      = attribute.Key("dlock.lock.kind")       // mutex, fair, read, write, redlock, semaphore, permit, latch
 	AttrName      = attribute.Key("dlock.lock.name")       // the lock's name, as set by WithLockName
 	AttrOutcome   = attribute.Key("dlock.lock.outcome")    // see Outcome values below
 	AttrReentrant = attribute.Key("dlock.lock.reentrant")  // the owner held the lock already
@@ -64,7 +71,8 @@ const (
 )
 
 // Outcomes of a release (hold duration) and of a renewal call, beside
-// dlock's Lock outcomes (acquired, busy, timeout, canceled, closed, error).
+// dlock's Lock outcomes (acquired, opened, busy, timeout, canceled,
+// closed, error).
 const (
 	OutcomeReleased = "released" // Unlock released the hold
 	OutcomeNotHeld  = "not_held" // Redis no longer had the lock at Unlock: lost unnoticed
@@ -191,16 +199,16 @@ func New(opts ...Option) (*Instrumentation, error) {
 		errs = append(errs, err)
 		return c
 	}
-	in.wait = hist(MetricWaitDuration, "Time spent in Lock and TryLock, by outcome.")
-	in.hold = hist(MetricHoldDuration, "Time from a Lock's return to its Unlock.")
+	in.wait = hist(MetricWaitDuration, "Time spent in Lock and TryLock (Acquire, TryAcquire, Await), by outcome.")
+	in.hold = hist(MetricHoldDuration, "Time from a Lock's (Acquire's) return to its Unlock (Release).")
 	in.renewal = hist(MetricRenewalDuration, "Latency of the watchdog's renewal calls.")
-	in.acquired = counter(MetricAcquisitions, "Successful Lock and TryLock calls.", "{acquisition}")
-	in.failed = counter(MetricFailures, "Lock and TryLock calls that did not get the lock.", "{call}")
+	in.acquired = counter(MetricAcquisitions, "Successful Lock and TryLock (Acquire, TryAcquire) calls.", "{acquisition}")
+	in.failed = counter(MetricFailures, "Lock and TryLock (Acquire, TryAcquire, Await) calls that did not succeed.", "{call}")
 	in.lost = counter(MetricLost, "Holds that ended without an Unlock.", "{hold}")
 	in.renewed = counter(MetricRenewedLocks, "Holds the watchdog renewed or found lost.", "{hold}")
 	in.reconnects = counter(MetricReconnects, "Pub/sub connections found broken and reopened.", "{reconnect}")
 	in.holds = updown(MetricHolds, "Holds held now (re-entries not counted).", "{hold}")
-	in.waiters = updown(MetricWaiters, "Lock calls waiting now.", "{call}")
+	in.waiters = updown(MetricWaiters, "Lock (Acquire, Await) calls waiting now.", "{call}")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("dlockotel: %w", err)
 	}
@@ -246,17 +254,31 @@ func (in *Instrumentation) lockStart(ctx context.Context, l dlock.LockInfo) cont
 	if in.tracesOff {
 		return nil
 	}
-	spanName := spanLock
-	if l.Try {
-		spanName = spanTryLock
-	}
 	opts := append([]trace.SpanStartOption{}, in.spanStartOpts...)
 	attrs := []attribute.KeyValue{AttrKind.String(l.Kind)}
 	if a, ok := name(in.cfg.spanNames, l.Name); ok {
 		attrs = append(attrs, a)
 	}
-	ctx, _ = in.tracer.Start(ctx, spanName, append(opts, trace.WithAttributes(attrs...))...)
+	ctx, _ = in.tracer.Start(ctx, spanName(l), append(opts, trace.WithAttributes(attrs...))...)
 	return ctx
+}
+
+// spanName names the span of the call l starts after its method:
+// dlock.Lock and dlock.TryLock, dlock.Acquire and dlock.TryAcquire for the
+// semaphores, dlock.Await for a latch.
+func spanName(l dlock.LockInfo) string {
+	switch {
+	case l.Kind == dlock.KindLatch:
+		return "dlock.Await"
+	case l.Kind != dlock.KindSemaphore && l.Kind != dlock.KindPermit:
+		if l.Try {
+			return spanTryLock
+		}
+		return spanLock
+	case l.Try:
+		return "dlock.TryAcquire"
+	}
+	return "dlock.Acquire"
 }
 
 func (in *Instrumentation) waitRound(ctx context.Context, l dlock.LockInfo, w dlock.WaitInfo) {
@@ -275,12 +297,14 @@ func (in *Instrumentation) lockEnd(ctx context.Context, l dlock.LockInfo, e dloc
 		bg := context.Background()
 		kind := AttrKind.String(l.Kind)
 		in.wait.Record(bg, e.Wait.Seconds(), in.attrs(l.Name, kind, AttrOutcome.String(string(e.Outcome))))
-		if e.Outcome == dlock.OutcomeAcquired {
+		switch e.Outcome {
+		case dlock.OutcomeAcquired:
 			in.acquired.Add(bg, 1, in.attrs(l.Name, kind, AttrReentrant.Bool(e.Reentry)))
 			if !e.Reentry {
 				in.holds.Add(bg, 1, in.attrs(l.Name, kind))
 			}
-		} else {
+		case dlock.OutcomeOpened: // a latch's Await: a wait, no hold
+		default:
 			in.failed.Add(bg, 1, in.attrs(l.Name, kind, AttrOutcome.String(string(e.Outcome))))
 		}
 		if e.Rounds > 0 {
@@ -293,7 +317,7 @@ func (in *Instrumentation) lockEnd(ctx context.Context, l dlock.LockInfo, e dloc
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(AttrOutcome.String(string(e.Outcome)), AttrRounds.Int(e.Rounds), AttrReentrant.Bool(e.Reentry))
 	switch e.Outcome {
-	case dlock.OutcomeAcquired, dlock.OutcomeBusy:
+	case dlock.OutcomeAcquired, dlock.OutcomeOpened, dlock.OutcomeBusy:
 	case dlock.OutcomeError:
 		span.RecordError(e.Err)
 		span.SetStatus(codes.Error, e.Err.Error())
@@ -314,7 +338,9 @@ func (in *Instrumentation) unlocked(ctx context.Context, l dlock.LockInfo, u dlo
 	if !in.metricsOff {
 		bg := context.Background()
 		kind := AttrKind.String(l.Kind)
-		in.hold.Record(bg, u.Held.Seconds(), in.attrs(l.Name, kind, AttrReentrant.Bool(!u.Last), AttrOutcome.String(outcome)))
+		if u.Held >= 0 { // negative: not known (a Semaphore's Release)
+			in.hold.Record(bg, u.Held.Seconds(), in.attrs(l.Name, kind, AttrReentrant.Bool(!u.Last), AttrOutcome.String(outcome)))
+		}
 		if u.Last {
 			in.holds.Add(bg, -1, in.attrs(l.Name, kind))
 		}

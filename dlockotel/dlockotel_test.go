@@ -467,3 +467,212 @@ func TestRenewalFindsLost(t *testing.T) {
 		t.Errorf("holds after the loss: %d, want 0", n)
 	}
 }
+
+// spansNamed returns the ended spans called name.
+func (s *setup) spansNamed(name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, sp := range s.spans.Ended() {
+		if sp.Name() == name {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// hasEvent reports whether sp has an event called name.
+func hasEvent(sp sdktrace.ReadOnlySpan, name string) bool {
+	for _, ev := range sp.Events() {
+		if ev.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSemaphore: a Semaphore's Acquire is a wait and a hold of kind
+// semaphore (a span dlock.Acquire, with a dlock.wait event when it slept),
+// its Release ends the hold without a hold duration (not known), and a
+// TryAcquire that gets nothing is a busy failure.
+func TestSemaphore(t *testing.T) {
+	ctx := context.Background()
+	s := newSetup(t, nil)
+	sem, err := s.client.NewSemaphore("otel:" + t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := dlockotel.AttrKind.String(dlock.KindSemaphore)
+	if _, err := sem.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := sem.Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := sem.TryAcquire(ctx, 1); ok || err != nil {
+		t.Fatalf("TryAcquire with no permit left: %v, %v", ok, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		err := sem.Acquire(ctx, 1)
+		if err == nil {
+			err = sem.Release(ctx, 1)
+		}
+		got <- err
+	}()
+	eventually(t, "a waiting Acquire", func() bool { return sum(s.collect(t), dlockotel.MetricWaiters, kind) == 1 })
+	if n := sum(s.collect(t), dlockotel.MetricHolds, kind); n != 1 {
+		t.Errorf("holds while held: %d, want 1", n)
+	}
+	if err := sem.Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, 10*time.Second, "the waiting Acquire and its Release"); err != nil {
+		t.Fatal(err)
+	}
+
+	rm := s.collect(t)
+	checks := []struct {
+		what      string
+		got, want int64
+	}{
+		{"acquisitions", sum(rm, dlockotel.MetricAcquisitions, kind), 2},
+		{"busy failures", sum(rm, dlockotel.MetricFailures, kind, dlockotel.AttrOutcome.String("busy")), 1},
+		{"holds at the end", sum(rm, dlockotel.MetricHolds, kind), 0},
+		{"waiters at the end", sum(rm, dlockotel.MetricWaiters, kind), 0},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
+		}
+	}
+	if n, _ := histogram(rm, dlockotel.MetricWaitDuration, kind, acquired); n != 2 {
+		t.Errorf("wait durations of acquisitions: %d, want 2", n)
+	}
+	if n, _ := histogram(rm, dlockotel.MetricHoldDuration, kind); n != 0 {
+		t.Errorf("hold durations: %d, want none (a Semaphore's hold time is not known)", n)
+	}
+	spans := s.spansNamed("dlock.Acquire")
+	if len(spans) != 2 || len(s.spansNamed("dlock.TryAcquire")) != 1 {
+		t.Fatalf("spans %v, want 2 dlock.Acquire and 1 dlock.TryAcquire", s.spans.Ended())
+	}
+	for _, sp := range spans {
+		if !hasAttr(sp.Attributes(), kind) || !hasAttr(sp.Attributes(), acquired) {
+			t.Errorf("span attributes %v, want kind semaphore, outcome acquired", sp.Attributes())
+		}
+	}
+	if !hasEvent(spans[1], "dlock.wait") {
+		t.Errorf("waiting Acquire's events %v, want dlock.wait", spans[1].Events())
+	}
+}
+
+// TestPermitSemaphore: a permit is a wait and a hold of kind permit, with
+// a hold duration at Release, and a permit deleted behind its holder's
+// back is counted lost (rejected) by the renewal that finds it gone.
+func TestPermitSemaphore(t *testing.T) {
+	ctx := context.Background()
+	s := newSetup(t, nil, dlock.WithWatchdogTimeout(300*time.Millisecond))
+	sem, err := s.client.NewPermitSemaphore("otel:" + t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := dlockotel.AttrKind.String(dlock.KindPermit)
+	if _, err := sem.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p1, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type permit struct {
+		ctx context.Context
+		err error
+	}
+	got := make(chan permit, 1)
+	go func() {
+		p, err := sem.Acquire(ctx)
+		got <- permit{p, err}
+	}()
+	eventually(t, "a waiting Acquire", func() bool { return sum(s.collect(t), dlockotel.MetricWaiters, kind) == 1 })
+	if err := sem.Release(p1); err != nil {
+		t.Fatal(err)
+	}
+	p2 := recv(t, got, 10*time.Second, "the waiting Acquire")
+	if p2.err != nil {
+		t.Fatal(p2.err)
+	}
+	if n := sum(s.collect(t), dlockotel.MetricHolds, kind); n != 1 {
+		t.Errorf("holds while the second permit is held: %d, want 1", n)
+	}
+	if _, err := sem.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, p2.ctx.Done(), 10*time.Second, "the permit context of the deleted permit (watchdog 300ms)")
+
+	rm := s.collect(t)
+	checks := []struct {
+		what      string
+		got, want int64
+	}{
+		{"acquisitions", sum(rm, dlockotel.MetricAcquisitions, kind), 2},
+		{"lost (rejected)", sum(rm, dlockotel.MetricLost, kind, dlockotel.AttrCause.String(string(dlock.LostRejected))), 1},
+		{"holds at the end", sum(rm, dlockotel.MetricHolds, kind), 0},
+		{"waiters at the end", sum(rm, dlockotel.MetricWaiters, kind), 0},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
+		}
+	}
+	if n, total := histogram(rm, dlockotel.MetricHoldDuration, kind, dlockotel.AttrOutcome.String(dlockotel.OutcomeReleased)); n != 1 || total <= 0 {
+		t.Errorf("hold durations: %d points summing %vs, want 1 > 0", n, total)
+	}
+	spans := s.spansNamed("dlock.Acquire")
+	if len(spans) != 2 {
+		t.Fatalf("spans %v, want 2 dlock.Acquire", s.spans.Ended())
+	}
+	if !hasAttr(spans[1].Attributes(), kind) || !hasEvent(spans[1], "dlock.wait") {
+		t.Errorf("waiting Acquire's span: %v %v, want kind permit and a dlock.wait event", spans[1].Attributes(), spans[1].Events())
+	}
+}
+
+// TestCountDownLatch: an Await is a wait of kind latch (outcome opened,
+// span dlock.Await) with no hold after it: neither an acquisition nor a
+// failure.
+func TestCountDownLatch(t *testing.T) {
+	ctx := context.Background()
+	s := newSetup(t, nil)
+	latch, err := s.client.NewCountDownLatch("otel:" + t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := dlockotel.AttrKind.String(dlock.KindLatch)
+	if _, err := latch.TrySetCount(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- latch.Await(ctx) }()
+	eventually(t, "a waiting Await", func() bool { return sum(s.collect(t), dlockotel.MetricWaiters, kind) == 1 })
+	if _, err := latch.CountDown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, 10*time.Second, "the Await of a latch counted down"); err != nil {
+		t.Fatal(err)
+	}
+
+	rm := s.collect(t)
+	opened := dlockotel.AttrOutcome.String(string(dlock.OutcomeOpened))
+	if n, total := histogram(rm, dlockotel.MetricWaitDuration, kind, opened); n != 1 || total <= 0 {
+		t.Errorf("wait durations, outcome opened: %d points summing %vs, want 1 > 0", n, total)
+	}
+	for _, m := range []string{dlockotel.MetricAcquisitions, dlockotel.MetricFailures, dlockotel.MetricHolds, dlockotel.MetricWaiters} {
+		if n := sum(rm, m, kind); n != 0 {
+			t.Errorf("%s: %d, want 0 (a wait, no hold)", m, n)
+		}
+	}
+	spans := s.spansNamed("dlock.Await")
+	if len(spans) != 1 {
+		t.Fatalf("spans %v, want 1 dlock.Await", s.spans.Ended())
+	}
+	if sp := spans[0]; !hasAttr(sp.Attributes(), kind) || !hasAttr(sp.Attributes(), opened) || !hasEvent(sp, "dlock.wait") || sp.Status().Code.String() == "Error" {
+		t.Errorf("Await's span: %v %v %v, want kind latch, outcome opened, a dlock.wait event, no error", sp.Attributes(), sp.Events(), sp.Status())
+	}
+}

@@ -458,6 +458,65 @@ m "otel: renewal losses not counted" dlockotel/dlockotel.go \
   '		if r.Lost > 0 {' \
   '		if false {' \
   ./dlockotel '^(TestRenewalFindsLost)$'
+# Each lock kind declares the Kind its events report.
+m "observer: a kind reports another's Kind" fair.go \
+  'func (k *fairKind) label() string               { return KindFair }' \
+  'func (k *fairKind) label() string               { return KindMutex }' \
+  . '^(TestObserverKinds)$'
+# A Semaphore's Acquire is reported as a lock's wait and hold.
+m "observer: semaphore acquire not observed" semaphore.go \
+  'ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindSemaphore}, nil, OutcomeAcquired)' \
+  'var ob *lockObs' \
+  . '^(TestObserverSemaphore)$'
+# A Semaphore's Release ends a hold: Unlocked.
+m "observer: semaphore release not observed" semaphore.go \
+  '	defer s.c.observeRelease(ctx, LockInfo{Name: s.name, Kind: KindSemaphore}, nil, &err)' \
+  '' \
+  . '^(TestObserverSemaphore)$'
+# The synchronizers' sleeps are reported as Wait rounds.
+m "observer: synchronizer sleeps not reported" observe.go \
+  '		if !done && err == nil {
+			o.sleep(d)' \
+  '		if false {
+			o.sleep(d)' \
+  . '^(TestObserverSemaphore|TestObserverPermitSemaphore|TestObserverCountDownLatch)$'
+# A permit that ends without Release is lost, as a lock's hold is.
+m "observer: permit loss not observed" permit_semaphore.go \
+  '		p.s.c.observeLoss(LockInfo{Name: p.s.name, Kind: KindPermit}, p, expired, cause)' \
+  '		_ = expired' \
+  . '^(TestObserverPermitSemaphore)$'
+# A permit that Release ends is released, not lost.
+m "observer: released permit reported lost" permit_semaphore.go \
+  '	if !releasing {' \
+  '	if !releasing || true {' \
+  . '^(TestObserverPermitSemaphore)$'
+# A permit whose local lease ran out is lost as expired, not rejected.
+m "observer: permit expiry reported as rejected" observe.go \
+  '	case expired:
+		e.Cause = LostExpired' \
+  '	case false:
+		e.Cause = LostExpired' \
+  . '^(TestObserverPermitSemaphore)$'
+# A latch's Await ends opened, not acquired: no hold follows.
+m "observer: latch await reported as acquired" countdownlatch.go \
+  'nil, OutcomeOpened)' \
+  'nil, OutcomeAcquired)' \
+  . '^(TestObserverCountDownLatch)$'
+# dlockotel counts a latch's Await as a wait, not as a failure.
+m "otel: latch await counted as a failure" dlockotel/dlockotel.go \
+  '		case dlock.OutcomeOpened: // a latch' \
+  '		case "": // a latch' \
+  ./dlockotel '^(TestCountDownLatch)$'
+# dlockotel records no hold duration that is not known (a Semaphore's).
+m "otel: unknown hold time recorded" dlockotel/dlockotel.go \
+  'if u.Held >= 0 {' \
+  'if true {' \
+  ./dlockotel '^(TestSemaphore)$'
+# dlockotel names a synchronizer's span after its method.
+m "otel: synchronizer span named Lock" dlockotel/dlockotel.go \
+  '		return "dlock.Await"' \
+  '		return spanLock' \
+  ./dlockotel '^(TestCountDownLatch)$'
 # dlock top's HOLDS is the sum over a lock's holders (several readers).
 m "top: one holder's holds only" cmd/dlock/cmd_top.go \
   'rows[i].Holds += h.Holds' \
