@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/watchdog"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,10 +21,10 @@ import (
 // every waiter, and one watchdog for every held lock. Create one per
 // process and Close it at shutdown. A Client is safe for concurrent use.
 type Client struct {
-	rdb   redis.UniversalClient
-	batch batcher // sends concurrent lock scripts together (batch.go)
-	id    string
-	cfg   config
+	rdb redis.UniversalClient
+	tr  *transport.Transport // runs every script (internal/transport)
+	id  string
+	cfg config
 
 	// cluster is set for a *redis.ClusterClient: renewals are grouped by slot.
 	cluster bool
@@ -40,7 +41,6 @@ type Client struct {
 
 	hub      *pubsub.Hub
 	watchdog *watchdog.Watchdog[*hold]
-	reach    *reach // closed while Redis cannot be reached (reach.go)
 
 	// runners are goroutines for attempts that must not hold up their
 	// caller (acquire.go).
@@ -108,7 +108,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		rdb:     rdb,
-		batch:   batcher{rdb: rdb, off: isCluster(rdb)},
 		id:      id,
 		cfg:     cfg,
 		cluster: isCluster(rdb),
@@ -117,10 +116,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		done:    make(chan struct{}),
 		queues:  map[lockKey]*queue{},
 		holders: map[lockKey]*hold{},
-		reach:   newReach(rdb),
 	}
 	c.deadlines = honoursDeadlines(rdb)
-	c.batch.deadlines = c.deadlines
+	c.tr = transport.New(rdb, transport.Config{Replicas: cfg.replicas.replicas, ReplicaTimeout: cfg.replicas.timeout, Deadlines: c.deadlines})
 	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
 	c.hub.OnReconnect = c.observeReconnect
@@ -132,7 +130,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	// others, nor the next try once the cluster or Sentinel has replaced
 	// it (go-redis alone would retry a timed-out command several times).
 	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, c.renewGroup, c.renew, func(err error) {
-		c.reroute(context.Background(), err)
+		c.tr.Reroute(context.Background(), err)
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})
 	return c, nil
@@ -161,7 +159,7 @@ func (c *Client) Close() error {
 
 	c.watchdog.Close()
 	c.runners.close()
-	c.reach.close()
+	c.tr.Close()
 	closePermits(c) // permit semaphores: renewer and permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {
