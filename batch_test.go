@@ -463,8 +463,8 @@ func TestBatchedScriptsKeepTheirErrors(t *testing.T) {
 		}()
 	}
 	eventually(t, 10*time.Second, func() error {
-		if n := queued(c); n != n {
-			return fmt.Errorf("%d of %d TryLocks queued", n, n)
+		if q := queued(c); q != n {
+			return fmt.Errorf("%d of %d TryLocks queued", q, n)
 		}
 		return nil
 	})
