@@ -74,7 +74,7 @@ type Client struct {
 // with a deadline that is cancelled before it is noticed only once the
 // attempt's round trip is over: on a frozen server, at the deadline. Such
 // scripts are also sent alone rather than batched with other goroutines'
-// (batch.go).
+// (internal/transport batch.go).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch rdb := rdb.(type) {
 	case nil:
