@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,7 +43,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 		case lockCtx != nil:
 			w.acquired = true
 			return lockCtx, nil
-		case errors.Is(err, ErrUnreachable) && !try && h.gate().wait(ctx):
+		case errors.Is(err, ErrUnreachable) && !try && reachGate(h.c, h.kind).Wait(ctx):
 			continue // Redis is back: try again at once
 		case err != nil:
 			return nil, err
@@ -291,14 +292,14 @@ func (rs *runners) close() {
 // all the same: what it may have taken is given back too.
 func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult, error) {
 	if h.c.cfg.replicas.enabled() {
-		req.check = new(replicaCheck)
+		req.check = new(transport.Check)
 	}
-	gate := h.gate()
-	res, err := attemptResult{}, gate.err() // Redis unreachable: do not dial
+	gate := reachGate(h.c, h.kind)
+	res, err := attemptResult{}, gate.Err() // Redis unreachable: do not dial
 	sent := err == nil
 	if sent {
 		res, err = h.kind.attempt(ctx, req)
-		err = gate.saw(err) // a failed dial is ErrUnreachable from the first call on
+		err = gate.Saw(err) // a failed dial is ErrUnreachable from the first call on
 	}
 	if err != nil {
 		// An attempt not sent took nothing, but a hand-over to a
@@ -312,7 +313,7 @@ func (h *handle) attemptSynced(ctx context.Context, req request) (attemptResult,
 		}
 		return res, err
 	}
-	if short := req.check.failed(); res.acquired && short != nil {
+	if short := req.check.Failed(); res.acquired && short != nil {
 		h.giveBack(req)
 		return attemptResult{}, short
 	}
@@ -344,7 +345,7 @@ func (h *handle) startGiveBack(req request) <-chan struct{} {
 			// Redis unreachable all along: the attempt almost surely took
 			// nothing, and an outage is reported elsewhere.
 			level := slog.LevelWarn
-			if errors.Is(err, ErrUnreachable) || dialFailed(err) {
+			if errors.Is(err, ErrUnreachable) || transport.DialFailed(err) {
 				level = slog.LevelDebug
 			}
 			h.c.cfg.logger.Log(ctx, level, "dlock: a failed attempt may have taken the lock; giving it back failed, so it expires with its lease", "lock", h.name, "error", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,29 +44,28 @@ func (p *pipelineSizes) take() []int {
 	return s
 }
 
-// fill makes b act as if as many batches as it allows were on the wire,
-// until the first of them is taken off by a passOn: the others never
-// existed, so the test takes them off at its end.
-func fill(b *batcher) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.onWire = maxOnWire
+// queued returns how many scripts wait in c's batcher.
+func queued(c *Client) int {
+	_, n := c.tr.Batching()
+	return n
 }
 
-// unfill takes off what fill put on the wire beyond one batch.
-func unfill(b *batcher) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.onWire -= maxOnWire - 1
+// onWireNow returns how many batches c's batcher counts on the wire.
+func onWireNow(c *Client) int {
+	n, _ := c.tr.Batching()
+	return n
 }
+
+// maxOnWire is how many batches a Client's batcher may have on the wire.
+const maxOnWire = transport.MaxOnWire
 
 // holdBatch makes c's batcher act as if it had batches on the wire, runs
 // calls on their own goroutines, waits until each has queued its script,
 // then lets the queue go out as one batch whose reply the proxy drops.
 func holdBatch(t *testing.T, c *Client, proxy *redistest.Proxy, calls []func() error) []error {
 	t.Helper()
-	b := &c.batch
-	fill(b)
+	b := c.tr
+	b.FillWire()
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
 	for i, call := range calls {
@@ -76,15 +76,13 @@ func holdBatch(t *testing.T, c *Client, proxy *redistest.Proxy, calls []func() e
 		}()
 	}
 	eventually(t, 5*time.Second, func() error {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if len(b.queue) != len(calls) {
-			return fmt.Errorf("%d of %d scripts queued", len(b.queue), len(calls))
+		if n := queued(c); n != len(calls) {
+			return fmt.Errorf("%d of %d scripts queued", n, len(calls))
 		}
 		return nil
 	})
 	proxy.DropNextReply()
-	b.passOn() // the batch "on the wire" returns: the first queued sends
+	b.PassOn() // the batch "on the wire" returns: the first queued sends
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -92,7 +90,7 @@ func holdBatch(t *testing.T, c *Client, proxy *redistest.Proxy, calls []func() e
 	case <-time.After(10 * time.Second):
 		t.Fatal("batched calls did not return")
 	}
-	unfill(b)
+	b.UnfillWire()
 	return errs
 }
 
@@ -176,21 +174,19 @@ func TestBatchedScriptsSurviveLostReply(t *testing.T) {
 func TestBatchedScriptGivenUp(t *testing.T) {
 	rdb := newRedis(t)
 	c := newClient(t, rdb)
-	b := &c.batch
-	fill(b)
+	b := c.tr
+	b.FillWire()
 
 	key := lockName(t)
 	gone, cancel := context.WithCancel(context.Background())
 	live := redis.NewCmd(context.Background(), "set", key, "1")
 	dead := redis.NewCmd(gone, "set", key+"-given-up", "1")
 	liveDone, deadDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(liveDone); b.process(context.Background(), live) }()
-	go func() { defer close(deadDone); b.process(gone, dead) }()
+	go func() { defer close(liveDone); b.Process(context.Background(), live) }()
+	go func() { defer close(deadDone); b.Process(gone, dead) }()
 	eventually(t, 5*time.Second, func() error {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if len(b.queue) != 2 {
-			return fmt.Errorf("%d of 2 queued", len(b.queue))
+		if n := queued(c); n != 2 {
+			return fmt.Errorf("%d of 2 queued", n)
 		}
 		return nil
 	})
@@ -200,15 +196,15 @@ func TestBatchedScriptGivenUp(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a caller that gave up still waits for the batch on the wire")
 	}
-	b.passOn()
+	b.PassOn()
 	select {
 	case <-liveDone:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the live script was not sent")
 	}
-	unfill(b)
-	if b.onWire != 0 {
-		t.Errorf("%d batches still counted on the wire", b.onWire)
+	b.UnfillWire()
+	if n := onWireNow(c); n != 0 {
+		t.Errorf("%d batches still counted on the wire", n)
 	}
 	if err := live.Err(); err != nil {
 		t.Errorf("live command: %v", err)
@@ -322,8 +318,8 @@ func TestBatchPanicStrandsNoOne(t *testing.T) {
 	rdb := newRedis(t)
 	rdb.AddHook(panicky{})
 	c := newClient(t, rdb)
-	b := &c.batch
-	fill(b)
+	b := c.tr
+	b.FillWire()
 	recovered := make(chan any, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -331,18 +327,16 @@ func TestBatchPanicStrandsNoOne(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { recovered <- recover() }()
-			b.process(context.Background(), redis.NewCmd(context.Background(), "ping", i))
+			b.Process(context.Background(), redis.NewCmd(context.Background(), "ping", i))
 		}()
 	}
 	eventually(t, 5*time.Second, func() error {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if len(b.queue) != 2 {
-			return fmt.Errorf("%d of 2 queued", len(b.queue))
+		if n := queued(c); n != 2 {
+			return fmt.Errorf("%d of 2 queued", n)
 		}
 		return nil
 	})
-	b.passOn()
+	b.PassOn()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -360,9 +354,9 @@ func TestBatchPanicStrandsNoOne(t *testing.T) {
 	if panics != 1 {
 		t.Errorf("%d callers saw the panic, want 1 (the sender)", panics)
 	}
-	unfill(b)
-	if b.onWire != 0 {
-		t.Errorf("%d batches still counted on the wire", b.onWire)
+	b.UnfillWire()
+	if n := onWireNow(c); n != 0 {
+		t.Errorf("%d batches still counted on the wire", n)
 	}
 }
 
@@ -374,19 +368,19 @@ func TestBatchSendsDeadlineScriptsAlone(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newClient(t, rdb)
-	b := &c.batch
-	fill(b)
-	defer func() { b.onWire = 0 }()
+	b := c.tr
+	b.FillWire()
+	defer b.ClearWire()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key := lockName(t)
 	cmd := redis.NewCmd(ctx, "set", key, "1")
 	done := make(chan struct{})
-	go func() { defer close(done); b.process(ctx, cmd) }()
+	go func() { defer close(done); b.Process(ctx, cmd) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		b.passOn()
+		b.PassOn()
 		t.Fatal("a script with a deadline waited for the batches on the wire")
 	}
 	if err := cmd.Err(); err != nil {
@@ -457,8 +451,8 @@ func TestBatchedScriptsKeepTheirErrors(t *testing.T) {
 	acquires.take()
 
 	const n = 32
-	b := &c.batch
-	fill(b)
+	b := c.tr
+	b.FillWire()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -469,16 +463,14 @@ func TestBatchedScriptsKeepTheirErrors(t *testing.T) {
 		}()
 	}
 	eventually(t, 10*time.Second, func() error {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if len(b.queue) != n {
-			return fmt.Errorf("%d of %d TryLocks queued", len(b.queue), n)
+		if q := queued(c); q != n {
+			return fmt.Errorf("%d of %d TryLocks queued", q, n)
 		}
 		return nil
 	})
-	b.passOn() // a batch "on the wire" returns: the first queued sends all
+	b.PassOn() // a batch "on the wire" returns: the first queued sends all
 	awaitGroup(t, &wg, 10*time.Second, "the batched TryLocks returning")
-	unfill(b)
+	b.UnfillWire()
 
 	if got := acquires.take(); !slices.Equal(got, []int{n}) {
 		t.Errorf("pipelines of acquire scripts %v, want one carrying all %d", got, n)
@@ -500,8 +492,8 @@ func TestBatchedScriptsKeepTheirErrors(t *testing.T) {
 }
 
 // onWire is a go-redis hook that tracks how many of the Client's lock
-// scripts (the commands whose last argument is a *sendCounter: those that
-// go through the batcher) are on the wire at once, counting a pipeline of
+// scripts (the commands whose last argument counts their sends: those
+// that go through the batcher, transport.Counted) are on the wire at once, counting a pipeline of
 // them as one, and the most it saw.
 type onWire struct {
 	mu        sync.Mutex
@@ -513,10 +505,8 @@ type onWire struct {
 func (*onWire) scripts(cmds ...redis.Cmder) int {
 	n := 0
 	for _, c := range cmds {
-		if a := c.Args(); len(a) > 0 {
-			if _, ok := a[len(a)-1].(*sendCounter); ok {
-				n++
-			}
+		if transport.Counted(c) {
+			n++
 		}
 	}
 	return n

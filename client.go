@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/watchdog"
 	"github.com/redis/go-redis/v9"
 )
@@ -21,10 +22,10 @@ import (
 // one per process and Close it at shutdown. A Client is safe for
 // concurrent use.
 type Client struct {
-	rdb   redis.UniversalClient
-	batch batcher // sends concurrent lock scripts together (batch.go)
-	id    string
-	cfg   config
+	rdb redis.UniversalClient
+	tr  *transport.Transport // runs every script (internal/transport)
+	id  string
+	cfg config
 
 	// cluster is set for a *redis.ClusterClient: renewals are grouped by slot.
 	cluster bool
@@ -41,7 +42,6 @@ type Client struct {
 
 	hub      *pubsub.Hub
 	watchdog *watchdog.Watchdog[leased] // keeps every lease: holds and permits (renew.go)
-	reach    *reach                     // closed while Redis cannot be reached (reach.go)
 
 	permits permitSet  // permits held, for Close (permit_semaphore.go)
 	latches latchGates // what a latch's waiters share (countdownlatch.go)
@@ -78,7 +78,7 @@ type Client struct {
 // with a deadline that is cancelled before it is noticed only once the
 // attempt's round trip is over: on a frozen server, at the deadline. Such
 // scripts are also sent alone rather than batched with other goroutines'
-// (batch.go).
+// (internal/transport batch.go).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch rdb := rdb.(type) {
 	case nil:
@@ -112,7 +112,6 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		rdb:     rdb,
-		batch:   batcher{rdb: rdb, off: isCluster(rdb)},
 		id:      id,
 		cfg:     cfg,
 		cluster: isCluster(rdb),
@@ -121,10 +120,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		done:    make(chan struct{}),
 		queues:  map[lockKey]*queue{},
 		holders: map[lockKey]*hold{},
-		reach:   newReach(rdb),
 	}
 	c.deadlines = honoursDeadlines(rdb)
-	c.batch.deadlines = c.deadlines
+	c.tr = transport.New(rdb, transport.Config{Replicas: cfg.replicas.replicas, ReplicaTimeout: cfg.replicas.timeout, Deadlines: c.deadlines})
 	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
 	c.hub.OnReconnect = c.observeReconnect
@@ -136,7 +134,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	// others, nor the next try once the cluster or Sentinel has replaced
 	// it (go-redis alone would retry a timed-out command several times).
 	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, leased.renewGroup, keep, func(err error) {
-		c.reroute(context.Background(), err)
+		c.tr.Reroute(context.Background(), err)
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})
 	return c, nil
@@ -165,7 +163,7 @@ func (c *Client) Close() error {
 
 	c.watchdog.Close()
 	c.runners.close()
-	c.reach.close()
+	c.tr.Close()
 	c.permits.close() // permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -89,7 +90,7 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 		wrote: make(chan struct{})}
 	r.logger = func(err error) {
 		switch {
-		case connectionLost(err) || errors.Is(err, context.DeadlineExceeded):
+		case transport.ConnectionLost(err) || errors.Is(err, context.DeadlineExceeded):
 			// Redis cannot be reached: the lock calls report that
 			// themselves, and the record is written again at the next
 			// refresh. Not worth more than a debug line, and not the

@@ -53,7 +53,9 @@ func (l *CountDownLatch) check(ctx context.Context) error {
 }
 
 // TrySetCount closes the latch with count n (n > 0) if it is open (its key
-// does not exist), and reports whether it did.
+// does not exist), and reports whether it did. With WithReplicaSync, a
+// count too few replicas acknowledged in time stays set: TrySetCount
+// reports whether it set it and an error wrapping ErrNotReplicated.
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
@@ -61,25 +63,35 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int) (bool, error) {
 	if n <= 0 {
 		return false, fmt.Errorf("%w: latch %q: count %d: the count must be positive", ErrInvalidOption, l.name, n)
 	}
-	set, err := runScript(ctx, l.c, scripts.LatchTrySet, []string{l.name, l.channel}, n, l.c.publish).Int()
-	if err != nil {
+	cmd, short := runWrite(ctx, l.c, scripts.LatchTrySet, []string{l.name, l.channel}, n, l.c.publish)
+	set, err := cmd.Int()
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("dlock: latch %q: set count: %w", l.name, err)
+	case short != nil:
+		return set == 1, notReplicated(fmt.Sprintf("latch %q: set count", l.name), short)
 	}
 	return set == 1, nil
 }
 
 // CountDown decrements the count; at 0 the latch opens (its key is
 // deleted) and every Await returns. On an open latch it does nothing. It
-// returns the count left.
+// returns the count left. With WithReplicaSync, a count-down too few
+// replicas acknowledged in time stands: CountDown returns the count left
+// and an error wrapping ErrNotReplicated (do not count down again).
 func (l *CountDownLatch) CountDown(ctx context.Context) (int, error) {
 	if err := l.check(ctx); err != nil {
 		return 0, err
 	}
 	// Not cut short by ctx: a count-down the caller believes failed must
 	// not have happened.
-	n, err := runScript(context.WithoutCancel(ctx), l.c, scripts.LatchCountDown, []string{l.name, l.channel}, l.c.publish).Int()
-	if err != nil {
+	cmd, short := runWrite(context.WithoutCancel(ctx), l.c, scripts.LatchCountDown, []string{l.name, l.channel}, l.c.publish)
+	n, err := cmd.Int()
+	switch {
+	case err != nil:
 		return 0, fmt.Errorf("dlock: latch %q: count down: %w", l.name, err)
+	case short != nil:
+		return n, notReplicated(fmt.Sprintf("latch %q: count down", l.name), short)
 	}
 	return n, nil
 }

@@ -28,15 +28,3 @@ func hasDeadline(ctx context.Context) bool {
 	_, ok := ctx.Deadline()
 	return ok
 }
-
-// sleepCtx pauses for d unless ctx ends first; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

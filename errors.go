@@ -1,6 +1,10 @@
 package dlock
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/dlock-go/dlock/internal/transport"
+)
 
 // Sentinel errors. Match them with errors.Is: the errors dlock returns wrap
 // them with the lock's name and, where there is one, the Redis error or the
@@ -33,8 +37,9 @@ var (
 	// ErrNotReplicated is returned by Lock and TryLock on a Client made
 	// with WithReplicaSync when the acquisition was not acknowledged by
 	// enough replicas in time: the lock was given back, since a failover
-	// could have lost it.
-	ErrNotReplicated = errors.New("dlock: lock not replicated")
+	// could have lost it. The synchronizers' writes report it too (see
+	// WithReplicaSync for what each one leaves behind).
+	ErrNotReplicated = transport.ErrNotReplicated
 
 	// ErrUpgrade is returned when the owner of a read lock asks for the
 	// write lock of the same RWMutex: the write lock waits for every reader
@@ -49,7 +54,7 @@ var (
 	// docs/safety.md); Lock waits for Redis instead, as long as its ctx
 	// allows, and returns it when ctx ends first. The error wraps the
 	// Redis client's or the dial's error too.
-	ErrUnreachable = errors.New("dlock: redis unreachable")
+	ErrUnreachable = transport.ErrUnreachable
 	// ErrInvalidName is returned for an empty, too long or cluster-unsafe
 	// lock name.
 	ErrInvalidName = errors.New("dlock: invalid lock name")

@@ -488,3 +488,94 @@ func TestReplicaSyncOptions(t *testing.T) {
 	}
 	_ = c.Close()
 }
+
+// TestSentinelFailoverGrantsPermitOnce is TestSentinelFailoverLosesLock for
+// a PermitSemaphore of one permit. With the replica cut off, a plain
+// TryAcquire is granted on the master alone, while a synced one
+// (WithReplicaSync) fails with ErrNotReplicated and leaves no permit held
+// there. After the failover the plain permit is granted again to another
+// client (twice in all), and the synced semaphore is as it was before:
+// one permit available, none held.
+func TestSentinelFailoverGrantsPermitOnce(t *testing.T) {
+	ss := sharedSentinel(t)
+	tp := sentinelTopology(t)
+	ctx := context.Background()
+	base := topoName(t, tp)
+	plain, synced := base+":plain", base+":synced"
+	holder := newClient(t, tp.redis(t), WithWatchdogTimeout(time.Second))
+	careful := tp.syncedClient(t)
+	other := newClient(t, tp.redis(t))
+
+	// Healthy: both set up and replicated, a synced permit acknowledged.
+	sS := mustPermitSemaphore(t, careful, synced)
+	for _, s := range []*PermitSemaphore{sS, mustPermitSemaphore(t, careful, plain)} {
+		if set, err := s.TrySetPermits(ctx, 1); !set || err != nil {
+			t.Fatalf("TrySetPermits of %q: %v, %v", s.name, set, err)
+		}
+	}
+	p, err := sS.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("synced TryAcquire with the replica up: %v", err)
+	}
+	if err := sS.Release(p); err != nil {
+		t.Fatal(err)
+	}
+
+	old := ss.Master()
+	if err := redistest.CutOffReplicas(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = redistest.RestoreReplicas(ctx, old) })
+
+	sA := mustPermitSemaphore(t, holder, plain)
+	pA, err := sA.TryAcquire(ctx) // granted; never reaches the replica
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sS.TryAcquire(ctx); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("synced TryAcquire with the replica cut off: %v, want ErrNotReplicated", err)
+	}
+	if n, err := old.Do(ctx, "ZCARD", sS.timeouts); err != nil || n != int64(0) {
+		t.Fatalf("permits held on the master after the unreplicated TryAcquire: %v, %v; want 0", n, err)
+	}
+
+	start := time.Now()
+	if err := ss.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("SENTINEL FAILOVER done in %v", time.Since(start).Round(10*time.Millisecond))
+	if err := redistest.RestoreReplicas(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+
+	// The plain permit is granted again: twice in all.
+	sB := mustPermitSemaphore(t, other, plain)
+	var pB context.Context
+	firstSuccess(t, 10*time.Second, func() error {
+		pctx, err := sB.TryAcquire(ctx)
+		pB = pctx
+		return err
+	})
+	t.Logf("double grant observed: the one permit of %q held by the first holder and by a second client", plain)
+	if err := sB.Release(pB); err != nil {
+		t.Fatal(err)
+	}
+	_ = sA.Release(pA) // lost with the failover: ErrNotHeld, or released
+
+	// The synced semaphore on the new master: as before the cut-off.
+	sO := mustPermitSemaphore(t, other, synced)
+	firstSuccess(t, 10*time.Second, func() error {
+		avail, err := sO.AvailablePermits(ctx)
+		if err != nil {
+			return err
+		}
+		held, err := sO.AcquiredPermits(ctx)
+		if err != nil {
+			return err
+		}
+		if avail != 1 || held != 0 {
+			t.Fatalf("synced semaphore on the new master: %d available, %d held; want 1 and 0", avail, held)
+		}
+		return nil
+	})
+}

@@ -109,14 +109,14 @@ func (k *fairKind) label() string               { return KindFair }
 func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" + owner }
 
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return k.c.acquireScript(ctx, r, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
+	return attemptReply(k.c.tr.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
 		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
-		millis(fairHeadCheck), millis(fairFreeCheck))
+		millis(fairHeadCheck), millis(fairFreeCheck)))
 }
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return k.c.releaseScript(ctx, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
-		unlockMessage, r.owner, k.c.publish, k.wait)
+	return releaseReply(k.c.tr.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
+		unlockMessage, r.owner, k.c.publish, k.wait))
 }
 
 // abandon takes a waiter that gave up out of the queue.

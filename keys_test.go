@@ -168,12 +168,12 @@ func testDeadlinesOnFrozenServer(t *testing.T, opt *redis.Options) {
 			t.Errorf("%s succeeded on a frozen server", what)
 		}
 	}
-	// First, while dlock still takes Redis for reachable (reach.go): Locks
-	// with a later deadline fill the Client's batcher (batch.go), and a
+	// First, while dlock still takes Redis for reachable (the reach gate): Locks
+	// with a later deadline fill the Client's batcher (internal/transport), and a
 	// Lock behind them must still return by its own deadline. (With
 	// ContextTimeoutEnabled a script with a deadline is never batched:
 	// TestBatchSendsDeadlineScriptsAlone.)
-	if !c.batch.deadlines {
+	if !c.tr.SendsDeadlinesAlone() {
 		var slow sync.WaitGroup
 		for i := range maxOnWire + 1 {
 			slow.Go(func() {
@@ -183,9 +183,7 @@ func testDeadlinesOnFrozenServer(t *testing.T, opt *redis.Options) {
 			})
 		}
 		eventually(t, time.Second, func() error {
-			c.batch.mu.Lock()
-			defer c.batch.mu.Unlock()
-			if c.batch.onWire < maxOnWire {
+			if onWireNow(c) < maxOnWire {
 				return errors.New("the batcher has room")
 			}
 			return nil

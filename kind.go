@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,8 +18,8 @@ import (
 // A kind's scripts are safe to run twice, which is what a Redis client does
 // when a reply is lost: acquire sets the owner's field to 1 whether it is
 // there or not (the Client, not Redis, counts re-entries), and release
-// deletes the owner's field, so a second run finds nothing (eval tells the
-// engine when it re-sent). No request writes a key of its own.
+// deletes the owner's field, so a second run finds nothing (the transport
+// tells the engine when it re-sent). No request writes a key of its own.
 type kind interface {
 	// key is the Redis key that holds the lock.
 	key() string
@@ -72,8 +73,9 @@ type request struct {
 	// token is the owner's latest fencing token on a re-entry, 0 if none.
 	token int64
 	// check, when set, receives the outcome of the replica sync that
-	// follows an acquire script (WithReplicaSync).
-	check *replicaCheck
+	// follows an acquire script (WithReplicaSync): kinds pass it to the
+	// transport's Run with their acquire scripts.
+	check *transport.Check
 }
 
 type attemptResult struct {
@@ -117,22 +119,26 @@ const (
 	readUnlockMessage = "1" // a write lock is free: wake every reader
 )
 
-// acquireScript runs an acquire script, whose reply is {1, token} when the
+// Kinds run their scripts with the Client's transport (c.tr.Run) and read
+// the replies with attemptReply and releaseReply, which take Run's results
+// as they are: k.c.tr.Run is then called straight from the kind's method,
+// and the path from Lock to go-redis has no frame of these helpers.
+
+// attemptReply reads the reply of an acquire script, {1, token} when the
 // owner holds the lock and {0, pttl} when not (see parseAttempt).
-func (c *Client) acquireScript(ctx context.Context, r request, s *redis.Script, keys []string, args ...any) (attemptResult, error) {
-	res, err := c.evalAcquire(ctx, r.check, s, keys, args...).Int64Slice()
+func attemptReply(cmd *redis.Cmd, _ bool) (attemptResult, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		return attemptResult{}, err
 	}
 	return parseAttempt(res)
 }
 
-// releaseScript runs a release script, whose reply is 1 or 0 when the
+// releaseReply reads the reply of a release script, 1 or 0 when the
 // owner's hold is gone and -1 when the owner held none. A -1 to a command
-// the Redis client sent more than once is the answer to the repeat: the
-// first run released the hold and its reply was lost.
-func (c *Client) releaseScript(ctx context.Context, s *redis.Script, keys []string, args ...any) (releaseResult, error) {
-	cmd, resent := c.evalCounted(ctx, s, keys, args...)
+// the Redis client sent more than once (resent) is the answer to the
+// repeat: the first run released the hold and its reply was lost.
+func releaseReply(cmd *redis.Cmd, resent bool) (releaseResult, error) {
 	n, err := cmd.Int64()
 	switch {
 	case err != nil:
@@ -193,3 +199,48 @@ func boolArg(b bool) string {
 }
 
 func isNil(err error) bool { return errors.Is(err, redis.Nil) }
+
+// eval runs a script with the Client's transport and returns its command,
+// for callers that need not know whether it was sent twice.
+func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd, _ := c.tr.Run(ctx, nil, s, keys, args...)
+	return cmd
+}
+
+// forceLatchTTL is how long the latch of a force release outlives a Client
+// that could not delete it after the reply (a broken connection): long
+// enough for the Redis client's own retries of one command.
+const forceLatchTTL = 30 * time.Second
+
+// forceScript runs a force-release script, whose last key is a fresh
+// request latch: a command re-sent after a lost reply answers as the first
+// run did, rather than deleting a lock another owner took in between. The
+// latch is deleted as soon as the answer is in, as Redisson does with its
+// unlock latch.
+func (c *Client) forceScript(ctx context.Context, s *redis.Script, keys []string, args ...any) (bool, error) {
+	n, err := c.eval(ctx, s, keys, append(args, millis(forceLatchTTL))...).Int64()
+	if err == nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		c.rdb.Del(dctx, keys[len(keys)-1])
+	}
+	return n == 1, err
+}
+
+// selfGated is implemented by kinds whose requests must not wait on their
+// Client's reach gate (internal/transport reach.go): RedLock, whose
+// requests go to several servers, each a Client with a gate of its own,
+// and whose quorum needs only some of them. The engine asks reachGate, so
+// that it never names a kind.
+type selfGated interface {
+	selfGated()
+}
+
+// reachGate is the reach gate that the engine's requests for k wait on:
+// the Client's, or one that stays open for a kind that is selfGated.
+func reachGate(c *Client, k kind) *transport.Gate {
+	if _, ok := k.(selfGated); ok {
+		return transport.Open
+	}
+	return c.tr.Gate()
+}

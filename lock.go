@@ -193,12 +193,3 @@ func (h *handle) Extend(ctx context.Context, lease time.Duration) error {
 	h.c.extended(hd, start, validity(hd.kind, lease))
 	return nil
 }
-
-// gate is the reach gate h's requests wait on (reach.go): the Client's,
-// or none for RedLock, whose servers each have their own.
-func (h *handle) gate() *reach {
-	if _, ok := h.kind.(*redKind); ok {
-		return ungated
-	}
-	return h.c.reach
-}

@@ -102,6 +102,18 @@ func WithClientName(name string) Option {
 // checkLockSyncedSlaves). timeout must be shorter than the Redis client's
 // read timeout. It needs a *redis.Client (plain or Sentinel) or a
 // *redis.ClusterClient. Off by default.
+//
+// The synchronizers' writes wait for the replicas too, as Redisson's do:
+// Semaphore Acquire, TryAcquire, Release, AddPermits and TrySetPermits;
+// PermitSemaphore Acquire, TryAcquire, Release, ReleaseID, AddPermits,
+// TrySetPermits and SetPermits; CountDownLatch TrySetCount and CountDown.
+// An acquire that too few replicas acknowledged gives its permits back and
+// fails with an error wrapping ErrNotReplicated, as a Lock does. Any other
+// write stands on the master (it is not undone: undoing a release or a
+// count-down would be a write of its own, no better replicated) and its
+// call returns its usual result with an error wrapping ErrNotReplicated
+// that says so; do not repeat the call. Lease renewals, DrainPermits and
+// deletes do not wait.
 func WithReplicaSync(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas = replicaSync{replicas: n, timeout: timeout} }
 }

@@ -125,7 +125,8 @@ func (s *PermitSemaphore) TrySetPermits(ctx context.Context, n int) (bool, error
 // SetPermits makes the semaphore's total, the permits available plus those
 // held, n (n >= 0), and wakes waiters. Held permits stay held: when the
 // total shrinks below them, the available count goes negative until
-// enough are released.
+// enough are released. With WithReplicaSync, a total that too few replicas
+// acknowledged in time stays set, and the error wraps ErrNotReplicated.
 func (s *PermitSemaphore) SetPermits(ctx context.Context, n int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -133,15 +134,21 @@ func (s *PermitSemaphore) SetPermits(ctx context.Context, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
 	}
-	if err := runScript(ctx, s.c, scripts.PsemSet, s.keys(), nowMillis(time.Now()), s.c.publish, n).Err(); err != nil {
-		return fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, err)
+	cmd, short := runWrite(ctx, s.c, scripts.PsemSet, s.keys(), nowMillis(time.Now()), s.c.publish, n)
+	switch {
+	case cmd.Err() != nil:
+		return fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, cmd.Err())
+	case short != nil:
+		return notReplicated(fmt.Sprintf("semaphore %q: set permits", s.name), short)
 	}
 	return nil
 }
 
 // AddPermits adds delta permits to the available ones (negative: removes
 // them), creating the semaphore if needed, and wakes waiters when delta is
-// positive. A delta of 0 does nothing.
+// positive. A delta of 0 does nothing. With WithReplicaSync, permits added
+// that too few replicas acknowledged in time stay added, and the error
+// wraps ErrNotReplicated.
 func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -149,8 +156,12 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 	if delta == 0 {
 		return nil
 	}
-	if err := runScript(ctx, s.c, scripts.PsemAdd, s.keys(), nowMillis(time.Now()), s.c.publish, delta).Err(); err != nil {
-		return fmt.Errorf("dlock: semaphore %q: add %d permits: %w", s.name, delta, err)
+	cmd, short := runWrite(ctx, s.c, scripts.PsemAdd, s.keys(), nowMillis(time.Now()), s.c.publish, delta)
+	switch {
+	case cmd.Err() != nil:
+		return fmt.Errorf("dlock: semaphore %q: add %d permits: %w", s.name, delta, cmd.Err())
+	case short != nil:
+		return notReplicated(fmt.Sprintf("semaphore %q: add %d permits", s.name, delta), short)
 	}
 	return nil
 }
@@ -169,7 +180,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 // An attempt whose reply was lost gives its permit back: the permit's id
 // is made here, so it can be. While Redis does not answer (a failover, a
 // restart) Acquire goes on trying for up to 30s before it returns the
-// error.
+// error. With WithReplicaSync, a permit that too few replicas acknowledged
+// in time is given back and Acquire fails with an error wrapping
+// ErrNotReplicated, as a Lock does: a failover could grant it twice.
 func (s *PermitSemaphore) Acquire(ctx context.Context) (context.Context, error) {
 	return s.acquire(ctx, false)
 }
@@ -247,7 +260,8 @@ func (s *PermitSemaphore) attempt(ctx context.Context) (context.Context, time.Du
 	lease := s.leaseOf(s.lease)
 	start := time.Now()
 	now := nowMillis(start)
-	res, err := runScript(ctx, s.c, scripts.PsemAcquire, s.keys(), now, s.c.publish, now+lease.Milliseconds(), id, noExpiryScore).Text()
+	cmd, short := runWrite(ctx, s.c, scripts.PsemAcquire, s.keys(), now, s.c.publish, now+lease.Milliseconds(), id, noExpiryScore)
+	res, err := cmd.Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, 0, nil // none free, none expiring
@@ -255,6 +269,11 @@ func (s *PermitSemaphore) attempt(ctx context.Context) (context.Context, time.Du
 		// The script may have run all the same: give the permit back.
 		s.giveBack(ctx, id)
 		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire: %w", s.name, err)
+	case res == "OK" && short != nil:
+		// Too few replicas have the permit: a failover could grant it
+		// again. Give it back, as a Lock does.
+		s.giveBack(ctx, id)
+		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire: given back: %w", s.name, short)
 	case res == "OK":
 		if time.Since(start) >= lease {
 			// The reply came after the lease it set had run out: the
@@ -303,7 +322,9 @@ func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error)
 // and was reclaimed). A permit that expired but was not reclaimed yet is
 // given back without error: nobody else had it. After an error that is not
 // ErrNotHeld, Release may be called again; it then reports ErrNotHeld if
-// the first call did reach Redis.
+// the first call did reach Redis. With WithReplicaSync, a release too few
+// replicas acknowledged in time stands on the master (the permit is
+// released and permitCtx ends) and the error wraps ErrNotReplicated.
 func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	if err := s.check(permitCtx); err != nil {
 		return err
@@ -319,7 +340,8 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	// The permit context may be cancelled already (lost permit); the
 	// release still has to reach Redis, which may have the permit yet.
 	ctx := context.WithoutCancel(permitCtx)
-	n, err := runScript(ctx, s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, p.id).Int()
+	cmd, short := runWrite(ctx, s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, p.id)
+	n, err := cmd.Int()
 	if err != nil {
 		p.abortRelease()
 		return fmt.Errorf("dlock: semaphore %q: release: %w", s.name, err)
@@ -329,6 +351,9 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
 	}
 	p.end(ErrUnlocked)
+	if short != nil {
+		return notReplicated(fmt.Sprintf("semaphore %q: release", s.name), short)
+	}
 	return nil
 }
 
@@ -388,7 +413,7 @@ func (s *PermitSemaphore) PermitID(permitCtx context.Context) (id string, ok boo
 // PermitID and Redisson show it), whoever holds it: a permit of a process
 // that hung, or one a Java client took. Its holder finds out at its
 // watchdog's next visit or Release. The error wraps ErrNotHeld when no such permit is
-// held.
+// held. With WithReplicaSync, as Release.
 func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -397,12 +422,16 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err != nil || len(raw) != 16 {
 		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
 	}
-	n, err := runScript(context.WithoutCancel(ctx), s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, raw).Int()
+	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, raw)
+	n, err := cmd.Int()
 	if err != nil {
 		return fmt.Errorf("dlock: semaphore %q: release %s: %w", s.name, id, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	}
+	if short != nil {
+		return notReplicated(fmt.Sprintf("semaphore %q: release %s", s.name, id), short)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,12 +35,12 @@ func TestGateOpensOnWorkingPool(t *testing.T) {
 	}
 	g.hold = make(chan struct{}) // the prober's first dial waits here
 	g.shut.Store(true)
-	c.reach.saw(refused)
-	if !errors.Is(c.reach.err(), ErrUnreachable) {
+	c.tr.Gate().Saw(refused)
+	if !errors.Is(c.tr.Gate().Err(), ErrUnreachable) {
 		t.Fatal("a failed dial did not shut the gate")
 	}
 	close(g.hold)
-	eventually(t, 5*time.Second, func() error { return c.reach.err() })
+	eventually(t, 5*time.Second, func() error { return c.tr.Gate().Err() })
 	l, err := m.TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock with new connections refused and the pool's working: %v", err)
@@ -57,8 +58,8 @@ func TestRedLockIgnoresFirstClientGate(t *testing.T) {
 	servers, clients := redLockNodes(t, 3)
 	l := mustRedLock(t, clients, "test:"+t.Name())
 	servers[0].Kill()
-	clients[0].reach.saw(refused)
-	if !errors.Is(clients[0].reach.err(), ErrUnreachable) {
+	clients[0].tr.Gate().Saw(refused)
+	if !errors.Is(clients[0].tr.Gate().Err(), ErrUnreachable) {
 		t.Fatal("the first Client's gate is open")
 	}
 	lctx, err := l.TryLock(ctx)
@@ -106,7 +107,7 @@ func TestLockWaitsOutOutage(t *testing.T) {
 		t.Fatalf("TryLock in an outage: %v, want a connection error", err)
 	}
 	eventually(t, 5*time.Second, func() error { // the gate is shut
-		if c.reach.err() == nil {
+		if c.tr.Gate().Err() == nil {
 			return errors.New("the gate is open")
 		}
 		return nil
@@ -166,24 +167,24 @@ func TestSawWrapsFirstDialFailure(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newClient(t, rdb)
 	dialErr := rdb.Ping(t.Context()).Err()
-	if !dialFailed(dialErr) {
+	if !transport.DialFailed(dialErr) {
 		t.Fatalf("PING on a closed port: %v, want a failed dial", dialErr)
 	}
-	if err := c.reach.err(); err != nil {
+	if err := c.tr.Gate().Err(); err != nil {
 		t.Fatalf("gate shut before any failure was seen: %v", err)
 	}
-	err := c.reach.saw(dialErr)
+	err := c.tr.Gate().Saw(dialErr)
 	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("saw(first dial failure) = %v, want ErrUnreachable wrapping the dial's error", err)
 	}
-	if !errors.Is(c.reach.err(), ErrUnreachable) {
+	if !errors.Is(c.tr.Gate().Err(), ErrUnreachable) {
 		t.Error("a failed dial did not shut the gate")
 	}
-	if err := c.reach.saw(err); strings.Count(err.Error(), ErrUnreachable.Error()) != 1 {
+	if err := c.tr.Gate().Saw(err); strings.Count(err.Error(), ErrUnreachable.Error()) != 1 {
 		t.Errorf("saw of an error wrapping ErrUnreachable wrapped it again: %v", err)
 	}
 	for _, other := range []error{nil, redis.Nil, errors.New("NOPERM no permissions")} {
-		if err := c.reach.saw(other); err != other {
+		if err := c.tr.Gate().Saw(other); err != other {
 			t.Errorf("saw(%v) = %v, want it unchanged", other, err)
 		}
 	}

@@ -134,6 +134,10 @@ func (k *redKind) label() string             { return KindRedLock }
 
 func (k *redKind) abandon(context.Context, request) error { return nil }
 
+// selfGated: the Client's reach gate does not hold up a RedLock's
+// requests (kind.go); each node is a Client with a gate of its own.
+func (k *redKind) selfGated() {}
+
 // drift is the Redlock allowance for the nodes' clocks running at other
 // rates than ours: 1% of the lease, plus 2 ms for Redis's 1 ms expiry
 // precision and a minimal drift (antirez/redlock-rb).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -146,19 +147,19 @@ func (h *handle) releaseRetry(ctx context.Context, hd *hold, err error) {
 // the error of a try already made (nil: send at once). It returns how many
 // tries there were in all and the last error.
 func (h *handle) resend(ctx context.Context, until time.Time, first error, send func(context.Context) error) (int, error) {
-	tries, err, gate := 0, first, h.gate()
+	tries, err, gate := 0, first, reachGate(h.c, h.kind)
 	if first != nil {
 		tries = 1
 	}
 	for pause := time.Duration(0); tries == 0 || retrying(err); pause = min(max(2*pause, 50*time.Millisecond), maxReleasePause) {
-		if tries > 0 && (h.c.isClosed() || !gate.pause(ctx, pause, until)) {
+		if tries > 0 && (h.c.isClosed() || !gate.Pause(ctx, pause, until)) {
 			break
 		}
-		if err = gate.err(); err == nil {
+		if err = gate.Err(); err == nil {
 			rctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 			err = send(rctx)
 			cancel()
-			gate.saw(err)
+			gate.Saw(err)
 		}
 		tries++
 	}
@@ -172,7 +173,7 @@ func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
 	req := request{owner: hd.owner, lease: hd.lease}
 	var res releaseResult
 	var err error
-	gate := h.gate()
+	gate := reachGate(h.c, h.kind)
 	hand, ok := h.kind.(handoffer)
 	next, when := (*place)(nil), ""
 	if ok && first {
@@ -182,16 +183,16 @@ func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
 		if next != nil {
 			h.c.handedOver(h, next, grant{})
 		}
-		if err = gate.err(); err == nil {
+		if err = gate.Err(); err == nil {
 			res, err = h.kind.release(ctx, req)
-			gate.saw(err)
+			gate.Saw(err)
 		}
 	} else {
 		start := time.Now()
 		var ho handoff
-		if err = gate.err(); err == nil {
+		if err = gate.Err(); err == nil {
 			ho, err = hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
-			gate.saw(err)
+			gate.Saw(err)
 		}
 		h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil,
 			token: ho.token, start: start})
@@ -220,7 +221,7 @@ func (h *handle) logRelease(hd *hold, tries int, err error) {
 // answer (a timeout, a broken or refused connection) or a server that is
 // loading its data or between masters.
 func mayPass(err error) bool {
-	return !errors.Is(err, redis.ErrClosed) && (!isRedisReply(err) || transient(err))
+	return !errors.Is(err, redis.ErrClosed) && (!isRedisReply(err) || transport.Transient(err))
 }
 
 // isRedisReply reports an error that Redis sent as its answer.

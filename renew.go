@@ -89,15 +89,12 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 	if !holds[0].watchdog {
 		lease = 0
 	}
-	gate := c.reach
-	if _, ok := holds[0].kind.(*redKind); ok {
-		gate = ungated
-	}
-	gate.wait(ctx) // within the tick: a renewal sent as Redis comes back keeps the holds
-	alive, err := []bool(nil), gate.err()
+	gate := reachGate(c, holds[0].kind)
+	gate.Wait(ctx) // within the tick: a renewal sent as Redis comes back keeps the holds
+	alive, err := []bool(nil), gate.Err()
 	if err == nil {
 		alive, err = holds[0].kind.renewer().renew(ctx, c, lease, holds)
-		gate.saw(err)
+		gate.Saw(err)
 	}
 	c.observeRenewal(holds, start, alive, err)
 	if err != nil {
@@ -158,7 +155,7 @@ func (readRenewer) renew(ctx context.Context, c *Client, lease time.Duration, ho
 // runRenewal runs a renewal script and reads its reply: per hold, 1 when
 // the owner still held the lock.
 func runRenewal(ctx context.Context, c *Client, s *redis.Script, keys []string, args []any, n int) ([]bool, error) {
-	res, err := s.Run(ctx, c.rdb, keys, args...).Int64Slice()
+	res, err := c.eval(ctx, s, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,10 @@ func checkPermits(what string, n int) error {
 
 // TrySetPermits sets the number of available permits to n if the semaphore
 // has not been set yet (its key does not exist), and wakes waiters. It
-// reports whether it set them. n must not be negative.
+// reports whether it set them. n must not be negative. With
+// WithReplicaSync, a write too few replicas acknowledged in time stands:
+// TrySetPermits reports what it did and an error wrapping
+// ErrNotReplicated.
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
@@ -77,9 +80,13 @@ func trySetPermits(ctx context.Context, c *Client, name, channel string, n int) 
 	if n < 0 {
 		return false, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, name, n)
 	}
-	set, err := runScript(ctx, c, scripts.SemTrySet, []string{name, channel}, n, c.publish).Int()
-	if err != nil {
+	cmd, short := runWrite(ctx, c, scripts.SemTrySet, []string{name, channel}, n, c.publish)
+	set, err := cmd.Int()
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("dlock: semaphore %q: set permits: %w", name, err)
+	case short != nil:
+		return set == 1, notReplicated(fmt.Sprintf("semaphore %q: set permits", name), short)
 	}
 	return set == 1, nil
 }
@@ -88,7 +95,9 @@ func trySetPermits(ctx context.Context, c *Client, name, channel string, n int) 
 // removes them; the count may go below zero, and Acquire then waits until
 // enough are released), creating the semaphore if needed, and wakes
 // waiters. A delta of 0 does nothing. As in Redisson, the semaphore loses
-// any TTL its key had.
+// any TTL its key had. With WithReplicaSync, permits added that too few
+// replicas acknowledged in time stay added, and the error wraps
+// ErrNotReplicated.
 func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -96,8 +105,12 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 	if delta == 0 {
 		return nil
 	}
-	if err := runScript(ctx, s.c, scripts.SemAdd, []string{s.name, s.channel}, delta, s.c.publish).Err(); err != nil {
-		return fmt.Errorf("dlock: semaphore %q: add %d permits: %w", s.name, delta, err)
+	cmd, short := runWrite(ctx, s.c, scripts.SemAdd, []string{s.name, s.channel}, delta, s.c.publish)
+	switch {
+	case cmd.Err() != nil:
+		return fmt.Errorf("dlock: semaphore %q: add %d permits: %w", s.name, delta, cmd.Err())
+	case short != nil:
+		return notReplicated(fmt.Sprintf("semaphore %q: add %d permits", s.name, delta), short)
 	}
 	return nil
 }
@@ -115,7 +128,10 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 // never taken without the caller knowing; Acquire may therefore return one
 // round trip after ctx ends. Only a reply lost to a broken connection or a
 // timeout can leave permits taken that nobody will release: the error then
-// wraps ErrNoReply (the script is not sent twice, see ErrNoReply).
+// wraps ErrNoReply (the script is not sent twice, see ErrNoReply). With
+// WithReplicaSync, permits taken that too few replicas acknowledged in
+// time are released again and Acquire fails with an error wrapping
+// ErrNotReplicated, as a Lock does.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -140,7 +156,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 // Acquire waited; "" when it exists or that cannot be told within a
 // second.
 func (s *Semaphore) neverSet(ctx context.Context) string {
-	if s.c.reach.err() != nil {
+	if s.c.tr.Gate().Err() != nil {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -152,7 +168,8 @@ func (s *Semaphore) neverSet(ctx context.Context) string {
 }
 
 // TryAcquire takes n permits (n > 0) if that many are available now, and
-// reports whether it did. It does not wait.
+// reports whether it did. It does not wait. With WithReplicaSync it gives
+// back permits too few replicas acknowledged, as Acquire does.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (ok bool, err error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
@@ -166,10 +183,19 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (ok bool, err error) 
 }
 
 // try runs the acquire script once, not cut short by ctx (see Acquire).
+// Permits it took that too few replicas acknowledged (WithReplicaSync)
+// are released again: a failover could grant them twice.
 func (s *Semaphore) try(ctx context.Context, n int) (bool, error) {
-	got, err := runScript(context.WithoutCancel(ctx), s.c, scripts.SemAcquire, []string{s.name}, n).Int()
-	if err != nil {
+	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.SemAcquire, []string{s.name}, n)
+	got, err := cmd.Int()
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("dlock: semaphore %q: acquire %d permits: %w", s.name, n, err)
+	case got == 1 && short != nil:
+		if err := runScript(context.WithoutCancel(ctx), s.c, scripts.SemRelease, []string{s.name, s.channel}, n, s.c.publish).Err(); err != nil {
+			s.c.cfg.logger.Warn("dlock: giving back permits that were not replicated failed", "semaphore", s.name, "permits", n, "error", err)
+		}
+		return false, fmt.Errorf("dlock: semaphore %q: acquire %d permits: given back: %w", s.name, n, short)
 	}
 	return got == 1, nil
 }
@@ -177,7 +203,10 @@ func (s *Semaphore) try(ctx context.Context, n int) (bool, error) {
 // Release gives back n permits (n > 0) and wakes waiters. As in Redisson
 // the count is not bounded: permits released that were not acquired add to
 // the available ones, which is how a semaphore is used to signal. An error
-// wrapping ErrNoReply means the release may or may not have happened.
+// wrapping ErrNoReply means the release may or may not have happened; one
+// wrapping ErrNotReplicated (WithReplicaSync) that it happened on the
+// master but too few replicas acknowledged it in time: do not release
+// again.
 func (s *Semaphore) Release(ctx context.Context, n int) (err error) {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -188,8 +217,12 @@ func (s *Semaphore) Release(ctx context.Context, n int) (err error) {
 	defer s.c.observeRelease(ctx, LockInfo{Name: s.name, Kind: KindSemaphore}, nil, &err)
 	// Not cut short by ctx either: a release the caller believes failed
 	// must not have happened.
-	if err := runScript(context.WithoutCancel(ctx), s.c, scripts.SemRelease, []string{s.name, s.channel}, n, s.c.publish).Err(); err != nil {
-		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, n, err)
+	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.SemRelease, []string{s.name, s.channel}, n, s.c.publish)
+	switch {
+	case cmd.Err() != nil:
+		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, n, cmd.Err())
+	case short != nil:
+		return notReplicated(fmt.Sprintf("semaphore %q: release %d permits", s.name, n), short)
 	}
 	return nil
 }

@@ -11,11 +11,13 @@ import (
 
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
 // What the synchronizers (Semaphore, PermitSemaphore, CountDownLatch)
-// share: checks, script calls, and waiting by pub/sub with a bounded poll.
+// share: checks, script calls (on the Client's transport, as lock scripts
+// run), and waiting by pub/sub with a bounded poll.
 
 // syncPoll bounds how long a waiting Acquire or Await sleeps without a
 // message before it tries again. Messages can be lost (a reconnect, a
@@ -56,93 +58,42 @@ func newSync(c *Client, name string) error {
 // go-redis not send it again, since applying it twice would take or give
 // back permits twice; check the state (AvailablePermits, Count) before
 // trying again.
-var ErrNoReply = errors.New("dlock: no reply; the operation may or may not have been applied")
+var ErrNoReply = transport.ErrNoReply
 
-// runScript runs a synchronizer script. Refusals that guarantee the script
-// did not run are retried: a cluster migrating or electing (TRYAGAIN,
-// CLUSTERDOWN, MOVED/ASK past go-redis' redirects), a demoted or masterless
-// node (READONLY, MASTERDOWN), a loading server (LOADING). They are retried
-// while ctx allows, at most refusalBudget when ctx has no deadline.
-// go-redis itself sends an idempotent script again after a lost reply; a
-// script that is not idempotent is sent once (a failed dial, which sent
-// nothing, is retried here), and a lost reply is reported as ErrNoReply.
+// runScript runs a synchronizer script on the Client's transport, as lock
+// scripts run: not at all while Redis is unreachable (an error wrapping
+// ErrUnreachable, at once), and with retries of the refusals that
+// guarantee the script did not run (a cluster migrating or electing, a
+// demoted or masterless node, a loading server) while ctx allows, at most
+// a few seconds when ctx has no deadline. An idempotent script is batched
+// with the Client's other scripts and go-redis sends it again after a lost
+// reply; a script that is not idempotent goes alone and at most once (a
+// failed dial, which sent nothing, is retried), and a lost reply is
+// reported as ErrNoReply (transport.RunOnce says why it goes alone).
 func runScript(ctx context.Context, c *Client, s scripts.Script, keys []string, args ...any) *redis.Cmd {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(refusalBudget)
-	}
-	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
-		var cmd *redis.Cmd
-		if s.Idempotent {
-			cmd = s.Run(ctx, c.rdb, keys, args...)
-		} else {
-			cmd = evalOnce(ctx, c.rdb, s, keys, args)
-		}
-		err := cmd.Err()
-		var reply redis.Error
-		if cc, ok := c.rdb.(*redis.ClusterClient); ok && err != nil && !errors.As(err, &reply) && ctx.Err() == nil {
-			// A node that stopped answering sends no MOVED: have the
-			// slot map reloaded so that the next call finds the new master.
-			cc.ReloadState(ctx)
-		}
-		retry := transient(err) || !s.Idempotent && notSent(err)
-		if !retry || time.Now().Add(pause).After(deadline) {
-			if err != nil && !s.Idempotent && !errors.As(err, &reply) && !notSent(err) {
-				cmd.SetErr(fmt.Errorf("%w: %w", ErrNoReply, err))
-			}
-			return cmd
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return cmd
-		}
-	}
+	return c.tr.Call(ctx, nil, !s.Idempotent, s.Script, keys, args...)
 }
 
-// onceCmd is a command go-redis must not send again on its own.
-type onceCmd struct{ *redis.Cmd }
-
-func (onceCmd) NoRetry() bool { return true }
-
-// evalOnce runs s by EVALSHA, and by EVAL when the server does not have it
-// (NOSCRIPT: nothing ran), each sent at most once.
-func evalOnce(ctx context.Context, rdb redis.UniversalClient, s scripts.Script, keys []string, args []any) *redis.Cmd {
-	cmd := evalCmd(ctx, "evalsha", s.Hash(), keys, args)
-	_ = rdb.Process(ctx, onceCmd{cmd})
-	if errors.Is(cmd.Err(), redis.ErrNoScript) || redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		cmd = evalCmd(ctx, "eval", s.Src, keys, args)
-		_ = rdb.Process(ctx, onceCmd{cmd})
+// runWrite is runScript for a write whose loss in a failover matters (it
+// takes, gives or sets permits, sets or counts down a latch): with
+// WithReplicaSync, WAIT follows it on its connection, and short, wrapping
+// ErrNotReplicated, says that fewer replicas than asked acknowledged it in
+// time. The write stands on the master all the same: the caller decides
+// what follows (an acquire gives back what it took).
+func runWrite(ctx context.Context, c *Client, s scripts.Script, keys []string, args ...any) (cmd *redis.Cmd, short error) {
+	var chk *transport.Check
+	if c.tr.Synced() {
+		chk = new(transport.Check)
 	}
-	return cmd
+	cmd = c.tr.Call(ctx, chk, !s.Idempotent, s.Script, keys, args...)
+	return cmd, chk.Failed()
 }
 
-func evalCmd(ctx context.Context, name, script string, keys []string, args []any) *redis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, script, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	cmd := redis.NewCmd(ctx, a...)
-	if len(keys) > 0 {
-		cmd.SetFirstKeyPos(3)
-	}
-	return cmd
+// notReplicated is the error of a synchronizer write that stands on the
+// master but that too few replicas acknowledged (runWrite's short).
+func notReplicated(what string, short error) error {
+	return fmt.Errorf("dlock: %s: applied on the master, not acknowledged by enough replicas in time (a failover may lose it): %w", what, short)
 }
-
-// notSent reports an error that shows the command never left: no
-// connection could be made.
-func notSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
-}
-
-// refusalBudget bounds the retries of a refused script for a ctx without
-// deadline.
-const refusalBudget = 5 * time.Second
 
 // noAnswer reports an error that says Redis did not answer, or refused for
 // the moment: a timeout, a broken or refused connection, a cluster without
@@ -150,7 +101,7 @@ const refusalBudget = 5 * time.Second
 func noAnswer(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || transient(err)
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || transport.Transient(err)
 }
 
 // attemptFunc makes one try. It reports whether the wait is over, and

@@ -125,40 +125,56 @@ m "hand-over not bounded" handoff.go \
   . '^(TestHandoffBoundLetsOthersIn|TestHandoffBoundExact)$'
 # A batched script goes out with a pipeline that go-redis writes again
 # after a lost reply; a queued caller whose ctx ends leaves the queue.
-m "batch: queued caller ignores its ctx" batch.go \
+m "batch: queued caller ignores its ctx" internal/transport/batch.go \
   'if b.withdraw(q) {' \
   'if false && b.withdraw(q) {' \
   . '^(TestBatchedScriptGivenUp)$'
 # On a cluster one frozen master would hold up every batch.
-m "batch: cluster scripts batched" client.go \
-  'batcher{rdb: rdb, off: isCluster(rdb)}' \
-  'batcher{rdb: rdb, off: false}' \
+m "batch: cluster scripts batched" internal/transport/transport.go \
+  'batcher{rdb: rdb, off: cluster, deadlines: cfg.Deadlines}' \
+  'batcher{rdb: rdb, off: cluster && false, deadlines: cfg.Deadlines}' \
   . '^(TestClusterFrozenMasterHoldsUpNoOther)$'
 # With ContextTimeoutEnabled a script with a deadline is sent alone: in a
 # batch it would run under the batch's latest deadline, or none.
-m "batch: deadline scripts batched" batch.go \
-  'if b.off || b.deadlines && hasDeadline(ctx) {' \
-  'if b.off {' \
+m "batch: deadline scripts batched" internal/transport/batch.go \
+  'b.off || b.deadlines && deadline {' \
+  'b.off || b.deadlines && deadline && false {' \
   . '^(TestBatchSendsDeadlineScriptsAlone)$'
 # The reach gate opens through the pool's working connections when a
 # fresh dial fails (Sentinels or DNS down, a DialHook).
-m "reach: gate opens only on a fresh dial" reach.go \
+m "reach: gate opens only on a fresh dial" internal/transport/reach.go \
   'if r.idle() || time.Since(r.pinged) >= time.Second {' \
   'if false {' \
   . '^(TestGateOpensOnWorkingPool)$'
 # Lock waits out an outage as long as its ctx allows.
 m "reach: Lock fails at once on a shut gate" acquire.go \
-  'case errors.Is(err, ErrUnreachable) && !try && h.gate().wait(ctx):' \
+  'case errors.Is(err, ErrUnreachable) && !try && reachGate(h.c, h.kind).Wait(ctx):' \
   'case false:' \
   . '^(TestLockWaitsOutOutage)$'
 # A RedLock's servers are Clients with gates of their own.
-m "reach: RedLock follows its first Client's gate" lock.go \
-  'if _, ok := h.kind.(*redKind); ok {
-		return ungated
-	}
-	return h.c.reach' \
-  'return h.c.reach' \
+m "reach: RedLock follows its first Client's gate" kind.go \
+  'if _, ok := k.(selfGated); ok {' \
+  'if _, ok := k.(selfGated); false && ok {' \
   . '^(TestRedLockIgnoresFirstClientGate)$'
+# The synchronizers run behind the same gate: once Redis is found
+# unreachable their calls fail at once, without dialling.
+m "synchronizer ignores the reach gate" internal/transport/transport.go \
+  'if err := t.gate.Err(); err != nil {' \
+  'if err := t.gate.Err(); false && err != nil {' \
+  . '^(TestSynchronizerUnreachableFailsAtOnce)$'
+# With WithReplicaSync a synchronizer's write waits for the replicas: an
+# acquire too few acknowledged is given back (a failover would grant the
+# permit twice).
+m "synchronizer write skips replica sync" synchronizer.go \
+  'if c.tr.Synced() {' \
+  'if false && c.tr.Synced() {' \
+  . '^(TestSynchronizerReplicaSyncNoReplica)$'
+# Run reports a script go-redis sent twice, so that a release's -1 is read
+# as the answer to the repeat.
+m "transport: re-sent script not reported" internal/transport/transport.go \
+  'resent = resent || sends.n.Load() > 1' \
+  'resent = resent && sends.n.Load() > 1' \
+  . '^(TestLostReplyIsNotAppliedTwice)$'
 
 # --- hand-over and same-Client waiters ---
 # A waiting Lock whose ctx ended leaves its Client's queue: else the next
@@ -389,7 +405,7 @@ m "wait: deadline during the first subscribe read as a subscribe error" acquire.
 # --- batcher, holder records, observer, CLI ---
 # A queued script's reply comes from the batch's pipeline, errors
 # included: dropping them reads WRONGTYPE as an empty reply.
-m "batch: queued scripts lose their errors" batch.go \
+m "batch: queued scripts lose their errors" internal/transport/batch.go \
   '		for _, q := range batch[1:] {
 			close(q.done)' \
   '		for _, q := range batch[1:] {
@@ -404,7 +420,7 @@ m "top: read-write waiters counted on the Mutex's channel" cmd/dlock/cmd_top.go 
   ./cmd/dlock '^(TestTopReadWrite)$'
 # The batcher keeps at most maxOnWire (2) batches or lone scripts of a
 # Client on the wire; the others wait and go out together.
-m "batch: a third batch on the wire" batch.go \
+m "batch: a third batch on the wire" internal/transport/batch.go \
   'if b.onWire < maxOnWire {' \
   'if b.onWire <= maxOnWire {' \
   . '^(TestBatchAtMostTwoOnWire)$'

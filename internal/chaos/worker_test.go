@@ -73,11 +73,11 @@ func lockClient(cfg workerConfig) redis.UniversalClient {
 		// PoolSize 100, not 10 per CPU: go-redis counts the dials that
 		// fail over the client's life and, at PoolSize, refuses every
 		// dial for up to a second. dlock's own retries no longer dial
-		// while Redis is down (reach.go), but the commands in flight when
+		// while Redis is down (internal/transport/reach.go), but the commands in flight when
 		// it dies still do, a few per outage: at the default size one
 		// outage in five or ten would trip it, and the scenario would
 		// measure go-redis's second rather than dlock (docs/safety.md).
-		// Without reach.go, dlock's retries trip even this bar within a
+		// Without the reach gate, dlock's retries trip even this bar within a
 		// few outages.
 		return redis.NewClient(&redis.Options{Addr: cfg.LockAddr, MaxRetries: -1, DialerRetries: 1, PoolSize: 100})
 	}

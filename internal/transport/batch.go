@@ -1,4 +1,4 @@
-package dlock
+package transport
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher sends the lock scripts that goroutines of one Client issue at the
+// batcher sends the scripts that goroutines of one Client issue at the
 // same time together, as one pipeline: while maxOnWire batches are on the
 // wire, the scripts that arrive wait, and when a batch returns the first
 // of them sends them all. A script that finds room on the wire goes out at
@@ -19,7 +19,7 @@ import (
 // Every caller has one command outstanding and waits for its reply, so
 // batching changes no order a caller can observe. go-redis writes a
 // pipeline's commands again after a lost reply or a refusal it retries,
-// as it does a lone command, so the send counting of eval.go holds for
+// as it does a lone command, so the send counting of Run holds for
 // batched scripts too; the whole batch is written again then, so a
 // release that found nothing in such a batch reads as released, as a
 // re-sent lone release does.
@@ -63,7 +63,7 @@ type queued struct {
 // the next batch. It returns once cmd has its reply or error, or, when
 // ctx ends before a batch took cmd, with ctx's error and cmd unsent.
 func (b *batcher) process(ctx context.Context, cmd *redis.Cmd) {
-	if b.off || b.deadlines && hasDeadline(ctx) {
+	if _, deadline := ctx.Deadline(); b.off || b.deadlines && deadline {
 		_ = b.rdb.Process(ctx, cmd)
 		return
 	}
@@ -157,3 +157,51 @@ func batchContext(batch []*queued) (context.Context, context.CancelFunc) {
 	}
 	return context.WithDeadline(ctx, latest)
 }
+
+// Test hooks: dlock's tests stand in for batches on the wire, to see what
+// the batcher does with the scripts that wait.
+
+// FillWire makes the batcher act as if as many batches as it allows were
+// on the wire, until the first of them is taken off by a returning batch
+// (PassOn): the others never existed, so the test takes them off at its
+// end (UnfillWire).
+func (t *Transport) FillWire() {
+	t.batch.mu.Lock()
+	defer t.batch.mu.Unlock()
+	t.batch.onWire = maxOnWire
+}
+
+// UnfillWire takes off what FillWire put on the wire beyond one batch.
+func (t *Transport) UnfillWire() {
+	t.batch.mu.Lock()
+	defer t.batch.mu.Unlock()
+	t.batch.onWire -= maxOnWire - 1
+}
+
+// ClearWire counts no batch on the wire.
+func (t *Transport) ClearWire() {
+	t.batch.mu.Lock()
+	defer t.batch.mu.Unlock()
+	t.batch.onWire = 0
+}
+
+// PassOn acts as a batch on the wire that returns.
+func (t *Transport) PassOn() { t.batch.passOn() }
+
+// MaxOnWire is maxOnWire, for tests.
+const MaxOnWire = maxOnWire
+
+// Batching returns the batches counted on the wire and the scripts
+// waiting.
+func (t *Transport) Batching() (onWire, queued int) {
+	t.batch.mu.Lock()
+	defer t.batch.mu.Unlock()
+	return t.batch.onWire, len(t.batch.queue)
+}
+
+// Process runs cmd through the batcher, as Run does a script.
+func (t *Transport) Process(ctx context.Context, cmd *redis.Cmd) { t.batch.process(ctx, cmd) }
+
+// SendsDeadlinesAlone reports whether scripts whose ctx has a deadline go
+// out alone (Config.Deadlines).
+func (t *Transport) SendsDeadlinesAlone() bool { return t.batch.deadlines }

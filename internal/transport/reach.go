@@ -1,4 +1,4 @@
-package dlock
+package transport
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // give-backs, attempts and renewals that each dialled through an outage
 // would trip that breaker, and a release waiting for it would keep its
 // lock taken for up to a second after Redis is back. So a Client that sees
-// its connection fail (reach.saw) closes a gate: one prober dials Redis
+// its connection fail (Gate.Saw) closes a gate: one prober dials Redis
 // with the client's own dialer, outside the pool, until a connection
 // opens, and then PINGs through the pool, which fails without dialling
 // while the breaker is tripped; the gate opens when the PING is answered.
@@ -33,8 +33,9 @@ const (
 	maxProbePause = 100 * time.Millisecond
 )
 
-// reach is a Client's gate on Redis being reachable.
-type reach struct {
+// Gate is a Client's gate on Redis being reachable. The zero Gate stays
+// open (Open).
+type Gate struct {
 	// dial opens a connection to Redis outside the pool; nil (a
 	// cluster, whose nodes fail one by one) leaves the gate open.
 	dial    func(ctx context.Context) (net.Conn, error)
@@ -52,10 +53,10 @@ type reach struct {
 	probing bool          // a prober runs
 }
 
-// newReach returns the gate for rdb: one that can close for a
+// newGate returns the gate for rdb: one that can close for a
 // *redis.Client (plain or Sentinel), one that stays open for a cluster.
-func newReach(rdb redis.UniversalClient) *reach {
-	r := &reach{}
+func newGate(rdb redis.UniversalClient) *Gate {
+	r := &Gate{}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if c, ok := rdb.(*redis.Client); ok {
 		opt := c.Options()
@@ -72,9 +73,9 @@ func newReach(rdb redis.UniversalClient) *reach {
 	return r
 }
 
-// err returns nil while the gate is open, else an error that wraps
+// Err returns nil while the gate is open, else an error that wraps
 // ErrUnreachable and the latest connection error.
-func (r *reach) err() error {
+func (r *Gate) Err() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == nil {
@@ -83,19 +84,19 @@ func (r *reach) err() error {
 	return fmt.Errorf("%w: %w", ErrUnreachable, r.last)
 }
 
-// saw notes the outcome of a command and returns the error to report for
+// Saw notes the outcome of a command and returns the error to report for
 // it: err, wrapped with ErrUnreachable when the dial failed, as the
 // commands sent after it will be while the gate stays shut, so that the
 // first call that finds Redis unreachable says so as the later ones do. A
 // dial that failed closes the gate and starts the prober; a connection
 // that broke (Redis may have closed just that one) starts the prober,
 // whose first failure closes the gate.
-func (r *reach) saw(err error) error {
-	if r.dial == nil || !connectionLost(err) {
+func (r *Gate) Saw(err error) error {
+	if r.dial == nil || !ConnectionLost(err) {
 		return err
 	}
 	r.note(err)
-	if dialFailed(err) && !errors.Is(err, ErrUnreachable) {
+	if DialFailed(err) && !errors.Is(err, ErrUnreachable) {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	return err
@@ -103,14 +104,14 @@ func (r *reach) saw(err error) error {
 
 // note starts the prober for a connection error, unless one runs, and
 // closes the gate if the dial failed.
-func (r *reach) note(err error) {
+func (r *Gate) note(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.probing || r.ctx.Err() != nil {
 		return
 	}
 	r.probing = true
-	if dialFailed(err) {
+	if DialFailed(err) {
 		r.shut(err)
 	}
 	r.probes.Add(1)
@@ -118,7 +119,7 @@ func (r *reach) note(err error) {
 }
 
 // shut closes the gate with err; r.mu must be held.
-func (r *reach) shut(err error) {
+func (r *Gate) shut(err error) {
 	r.last = err
 	if r.open == nil {
 		r.open = make(chan struct{})
@@ -130,10 +131,10 @@ func (r *reach) shut(err error) {
 // a PING through the pool: a dial that fails there counts against
 // go-redis's breaker, and once the breaker has tripped, the PING fails at
 // once, without a dial, until go-redis lets dials through again.
-func (r *reach) probe() {
+func (r *Gate) probe() {
 	defer r.probes.Done()
 	for pause := time.Duration(0); ; pause = min(max(2*pause, minProbePause), maxProbePause) {
-		if pause > 0 && !sleepCtx(r.ctx, pause) {
+		if pause > 0 && !sleep(r.ctx, pause) {
 			return
 		}
 		err := r.try()
@@ -165,36 +166,36 @@ func (r *reach) probe() {
 // then opens the gate. The prober sends one when the pool has idle
 // connections, which it uses without dialling, and otherwise at most once
 // a second, so that its failed dials do not trip go-redis's breaker.
-func (r *reach) try() error {
+func (r *Gate) try() error {
 	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 	defer cancel()
 	conn, err := r.dial(ctx)
 	if err != nil {
 		if r.idle() || time.Since(r.pinged) >= time.Second {
 			r.pinged = time.Now()
-			if perr := r.ping(ctx); perr == nil || isRedisReply(perr) {
+			if perr := r.ping(ctx); perr == nil || isReply(perr) {
 				return nil
 			}
 		}
 		return err
 	}
 	_ = conn.Close()
-	if err := r.ping(ctx); err != nil && !isRedisReply(err) { // LOADING: reachable
+	if err := r.ping(ctx); err != nil && !isReply(err) { // LOADING: reachable
 		return err
 	}
 	return nil
 }
 
-// pause waits before sending again a request that failed: while the gate
+// Pause waits before sending again a request that failed: while the gate
 // is closed, until it opens, and then not at all; while it is open, for
 // d. It reports false when ctx ends, the Client closes, or the request
 // would go after until.
-func (r *reach) pause(ctx context.Context, d time.Duration, until time.Time) bool {
+func (r *Gate) Pause(ctx context.Context, d time.Duration, until time.Time) bool {
 	r.mu.Lock()
 	open := r.open
 	r.mu.Unlock()
 	if open == nil {
-		return !time.Now().Add(d).After(until) && sleepCtx(ctx, d)
+		return !time.Now().Add(d).After(until) && sleep(ctx, d)
 	}
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
@@ -208,9 +209,9 @@ func (r *reach) pause(ctx context.Context, d time.Duration, until time.Time) boo
 	return false
 }
 
-// wait waits until the gate is open; it reports false when ctx ends or
+// Wait waits until the gate is open; it reports false when ctx ends or
 // the Client closes first.
-func (r *reach) wait(ctx context.Context) bool {
+func (r *Gate) Wait(ctx context.Context) bool {
 	r.mu.Lock()
 	open := r.open
 	r.mu.Unlock()
@@ -226,28 +227,28 @@ func (r *reach) wait(ctx context.Context) bool {
 	return false
 }
 
-// ungated is the gate of RedLock's handles, which stays open: their
-// requests go to several servers, each a Client with a gate of its own,
-// and a quorum needs only some of them.
-var ungated = &reach{}
+// Open is a gate that stays open, for requests that a Client's gate must
+// not hold up (RedLock's, whose servers are Clients with gates of their
+// own, and a quorum needs only some of them).
+var Open = &Gate{}
 
-// close stops the prober and ends the waits in pause.
-func (r *reach) close() {
+// close stops the prober and ends the waits in Pause and Wait.
+func (r *Gate) close() {
 	r.mu.Lock()
 	r.cancel()
 	r.mu.Unlock()
 	r.probes.Wait()
 }
 
-// connectionLost reports an error of a connection rather than of Redis: a
+// ConnectionLost reports an error of a connection rather than of Redis: a
 // dial that failed, a connection that broke or timed out.
-func connectionLost(err error) bool {
+func ConnectionLost(err error) bool {
 	var op *net.OpError
 	return err != nil && (errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
 }
 
-// dialFailed reports a connection that could not be opened.
-func dialFailed(err error) bool {
+// DialFailed reports a connection that could not be opened.
+func DialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
