@@ -2,7 +2,11 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/transport"
 )
 
 // Cleanup never runs on a caller's time: giving back a hold that an
@@ -101,4 +105,57 @@ func grace(done <-chan struct{}) {
 	case <-done:
 	case <-t.C:
 	}
+}
+
+// giveBack releases, in the background, a hold that an attempt may have
+// taken but the caller will not get, and waits cleanupGrace for it. A
+// re-entry took nothing the owner did not hold already.
+func (h *handle) giveBack(req request) { grace(h.startGiveBack(req)) }
+
+// startGiveBack starts giveBack's work and returns a channel closed when
+// it is done.
+func (h *handle) startGiveBack(req request) <-chan struct{} {
+	if req.reentry {
+		return closedChan
+	}
+	// The attempt may have run and set the lease, its reply lost with the
+	// connection (a Redis restart): a give-back that fails for a reason
+	// that may pass is sent again, as a release is (releaseRetry), until
+	// that lease has run out, or the lock would stay taken for a lease.
+	until := time.Now().Add(validity(h.kind, req.lease))
+	return h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
+		send := func(ctx context.Context) error {
+			_, err := h.kind.release(ctx, req)
+			return err
+		}
+		if _, err := h.resend(ctx, until, nil, send); err != nil {
+			// Redis unreachable all along: the attempt almost surely took
+			// nothing, and an outage is reported elsewhere.
+			level := slog.LevelWarn
+			if errors.Is(err, ErrUnreachable) || transport.DialFailed(err) {
+				level = slog.LevelDebug
+			}
+			h.c.cfg.logger.Log(ctx, level, "dlock: a failed attempt may have taken the lock; giving it back failed, so it expires with its lease", "lock", h.name, "error", err)
+		}
+	})
+}
+
+// closedChan is a channel that is always closed.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// leave takes a waiter that stopped waiting out of the kind's queue, for
+// kinds that keep one (the fair lock), in the background, and waits
+// cleanupGrace for it.
+func (h *handle) leave(req request) {
+	a, ok := h.kind.(abandoner)
+	if !ok || !req.wait {
+		return
+	}
+	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		defer cancel()
+		if err := a.abandon(ctx, req); err != nil {
+			h.c.cfg.logger.Warn("dlock: leaving the wait queue failed", "lock", h.name, "error", err)
+		}
+	}))
 }

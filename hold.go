@@ -181,13 +181,6 @@ func (c *Client) holdCount(k holdKey, n int) int {
 	return n
 }
 
-// lastToken returns the latest fencing token of hd.
-func (c *Client) lastToken(hd *hold) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return hd.token
-}
-
 // registered reports whether hd is still the Client's record of its hold.
 // c.mu must be held.
 func (c *Client) registered(hd *hold) bool { return c.holds[hd.holdKey()] == hd }

@@ -111,61 +111,47 @@ type attemptFunc func() (done bool, wait time.Duration, err error)
 // errGaveUp marks a wait that ctx ended; wait wraps it with ctx's error.
 var errGaveUp = errors.New("gave up")
 
-// wait calls attempt until it is done or fails, sleeping in between until
-// a message on channel, the attempt's wait (bounded by syncPoll), or a
-// receive on extra. It subscribes after the first failed try and tries
-// again once the subscription is confirmed, so a message published in
-// between is not missed. It returns an error wrapping errGaveUp and ctx's
-// error when ctx ends first, and ErrClosed when the Client is closed.
+// wait calls attempt until it is done or fails, sleeping in between
+// (sleeper) until a message on channel, the attempt's wait (bounded by
+// syncPoll), or a receive on extra. Its first sleep subscribes and ends
+// once the subscription is confirmed, so a message published in between
+// is not missed. A subscription that fails (a broken connection, a
+// refusal) is logged, that sleep polls, and the next one subscribes again.
+// It returns an error wrapping errGaveUp and ctx's error when ctx ends
+// first, and ErrClosed when the Client is closed.
 func wait(ctx context.Context, c *Client, channel string, extra <-chan struct{}, attempt attemptFunc) error {
-	var w *pubsub.Waiter
-	consumed := false
-	defer func() {
-		if w != nil {
-			w.Close(consumed)
-		}
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	s := sleeper{hub: c.hub}
+	used := false
+	defer func() { s.stop(used) }()
 	for {
 		done, d, err := attempt()
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if done {
-			consumed = true
+		case done:
+			used = true
 			return nil
-		}
-		if err := ctxErr(ctx); err != nil {
-			return fmt.Errorf("%w: %w", errGaveUp, err)
+		case ctxErr(ctx) != nil:
+			return fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
 		}
 		if d <= 0 || d > syncPoll {
 			d = syncPoll
 		}
-		timer.Reset(d)
-		var wake <-chan struct{} // nil: only the timer (and extra) wake
-		if w == nil {
-			if w, err = c.hub.Subscribe(ctx, channel); err != nil {
-				w = nil
-				if err := ctxErr(ctx); err != nil {
-					return fmt.Errorf("%w: %w", errGaveUp, err)
-				}
-				if errors.Is(err, pubsub.ErrClosed) {
-					return ErrClosed
-				}
-				// The subscription connection broke (or Redis refused):
-				// poll this round and subscribe again at the next.
-				c.cfg.logger.Warn("dlock: subscribing failed; polling meanwhile", "channel", channel, "error", err)
-			} else {
-				wake = w.Ready()
-			}
-		} else {
-			wake = w.Wake()
+		s.arm(d)
+		wake, err := s.wakeUps(ctx, channel, false)
+		switch {
+		case err == nil:
+		case ctxErr(ctx) != nil:
+			return fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
+		case errors.Is(err, pubsub.ErrClosed):
+			return ErrClosed
+		default:
+			c.cfg.logger.Warn("dlock: subscribing failed; polling meanwhile", "channel", channel, "error", err)
 		}
 		select {
 		case <-wake:
 		case <-extra:
-		case <-timer.C:
+		case <-s.timer.C:
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
 		}

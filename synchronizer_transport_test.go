@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,12 +15,15 @@ import (
 
 // TestSynchronizerUnreachableFailsAtOnce: once a Client has found Redis
 // unreachable (its gate is shut), a Semaphore, PermitSemaphore or
-// CountDownLatch call fails at once with ErrUnreachable, without a dial,
-// as TryLock does.
+// CountDownLatch call fails at once with ErrUnreachable, without sending
+// its script, as TryLock does. (The gate's prober dials and may PING
+// meanwhile: only scripts are counted.)
 func TestSynchronizerUnreachableFailsAtOnce(t *testing.T) {
 	ctx := context.Background()
 	var d countingDial
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Dialer: d.dial, MaxRetries: -1})
+	var scripts atomic.Int64
+	rdb.AddHook(scriptCounter{&scripts})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newClient(t, rdb)
 	name := lockName(t)
@@ -47,18 +51,46 @@ func TestSynchronizerUnreachableFailsAtOnce(t *testing.T) {
 		"CountDownLatch TrySetCount": func() error { _, err := latch.TrySetCount(ctx, 1); return err },
 	}
 	for what, call := range calls {
-		dials := d.n.Load()
+		sent := scripts.Load()
 		start := time.Now()
 		err := call()
 		if !errors.Is(err, ErrUnreachable) {
 			t.Errorf("%s behind the shut gate: %v, want ErrUnreachable", what, err)
 		}
-		if n := d.n.Load() - dials; n != 0 {
-			t.Errorf("%s behind the shut gate dialled %d times, want none", what, n)
+		if n := scripts.Load() - sent; n != 0 {
+			t.Errorf("%s behind the shut gate sent %d scripts, want none", what, n)
 		}
 		if took := time.Since(start); took > time.Second {
 			t.Errorf("%s behind the shut gate took %v, want at once", what, took)
 		}
+	}
+}
+
+// scriptCounter is a go-redis hook that counts the scripts (EVALSHA,
+// EVAL) processed, alone or in a pipeline.
+type scriptCounter struct{ n *atomic.Int64 }
+
+func (scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h scriptCounter) count(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		h.n.Add(1)
 	}
 }
 

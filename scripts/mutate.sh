@@ -61,9 +61,9 @@ m "late-reply check disabled" acquire.go \
   . '^(TestLateReplyIsNotAHold)$'
 # With a client that ends requests at their deadline, an attempt with a
 # deadline runs on the caller's goroutine, with the caller's ctx.
-m "attempt with a deadline handed to a goroutine" acquire.go \
-  'if ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx) {' \
-  'if ctx.Done() == nil {' \
+m "attempt with a deadline handed to a goroutine" send.go \
+  'return ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx)' \
+  'return ctx.Done() == nil' \
   . '^(TestAttemptOnCallersContext)$'
 # The first acquisition's short path (lock_acquire_free.lua) must check
 # that the lock is free, and a fenced one must take a new token.
@@ -113,7 +113,7 @@ m "failed release not retried" release.go \
   '	if !retrying(err) {' \
   '	if true || !retrying(err) {' \
   . '^(TestReleaseOutlivesOutage)$'
-m "failed give-back not retried" acquire.go \
+m "failed give-back not retried" background.go \
   'until := time.Now().Add(validity(h.kind, req.lease))' \
   'until := time.Now()' \
   . '^(TestGiveBackOutlivesOutage)$'
@@ -179,7 +179,7 @@ m "transport: re-sent script not reported" internal/transport/transport.go \
 # --- hand-over and same-Client waiters ---
 # A waiting Lock whose ctx ended leaves its Client's queue: else the next
 # Unlock hands the lock to its owner, held unseen for the whole lease.
-m "hand-over: waiter whose ctx ended stays queued" acquire.go \
+m "hand-over: waiter whose ctx ended stays queued" wait.go \
   'if !g.ok && !g.freed && w.place != nil {' \
   'if !g.ok && !g.freed && w.place != nil && ctx.Err() == nil {' \
   . '^(TestCancelledWaiterLeavesQueue)$'
@@ -222,7 +222,7 @@ m "hand-over: lease counted from the releasing holder's start" release.go \
   . '^(TestHandedLockLease)$'
 # The waiter a free chose, woken by the unlock message before it was told
 # of the free, tries at once: the message is used up, the lock free.
-m "hand-over: freed waiter waits again after its wake-up" acquire.go \
+m "hand-over: freed waiter waits again after its wake-up" wait.go \
   'woken || ctxDone(ctx)' \
   'woken && false || ctxDone(ctx)' \
   . '^(TestFreedWaiterNotStranded|TestHandOverMinimalACL)$'
@@ -395,7 +395,7 @@ m "fair: TryLock joins the queue" internal/scripts/fair_acquire.lua \
 # A ctx deadline that passes while the first subscription is made (a dial
 # or socket deadline at ctx's deadline fails it before ctx's timer fires)
 # is ErrNotObtained, not a wrapped i/o timeout.
-m "wait: deadline during the first subscribe read as a subscribe error" acquire.go \
+m "wait: deadline during the first subscribe read as a subscribe error" wait.go \
   "		return sub.Ready(), nil
 	case ctxDone(ctx):" \
   "		return sub.Ready(), nil

@@ -1,0 +1,167 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dlock-go/dlock/internal/transport"
+	"github.com/redis/go-redis/v9"
+)
+
+// Sending an attempt: on the caller's goroutine when the attempt cannot
+// outlast the caller's ctx, else on a goroutine of a small pool, so that
+// Lock returns by its deadline whatever Redis does; and the checks around
+// the kind's script that every attempt needs: the reach gate, the replica
+// sync, and giving back what an attempt that failed may have taken.
+
+// sendsInline reports whether an attempt with ctx runs on the caller's
+// goroutine: when ctx cannot end, or when it has a deadline and the
+// Client's Redis client ends every request by its ctx's deadline
+// (honoursDeadlines: go-redis's ContextTimeoutEnabled; the batcher then
+// sends such scripts alone, never behind another's batch). A ctx
+// cancelled before its deadline is then noticed when the attempt's round
+// trip is over, which on a frozen server is the deadline. Handing an
+// attempt to another goroutine and back costs more than the attempt's own
+// work in the client, so it is done only where it must be.
+func (h *handle) sendsInline(ctx context.Context) bool {
+	return ctx.Done() == nil || h.c.deadlines && hasDeadline(ctx)
+}
+
+// reply is the outcome of one attempt.
+type reply struct {
+	res attemptResult
+	err error
+}
+
+// sendAside sends an attempt on a goroutine of the Client's pool (a
+// cluster client, a ctx with no deadline that can be cancelled) and
+// returns when it has its reply or when ctx ends, if that comes first,
+// even on a Redis client that ignores ctx: the attempt goes on in the
+// background (left is true), what it took is given back there, and done
+// is called when it has finished.
+func (h *handle) sendAside(ctx context.Context, req request, done func()) (res attemptResult, left bool, err error) {
+	replied := make(chan reply, 1)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	h.c.runners.run(func() {
+		defer cancel()
+		res, err := h.send(actx, req)
+		replied <- reply{res, err}
+	})
+	select {
+	case r := <-replied:
+		return r.res, false, r.err
+	case <-ctx.Done():
+		h.c.background(h.holdKey(req.owner), func(context.Context) {
+			defer done()
+			if r := <-replied; r.err == nil && r.res.acquired {
+				h.giveBack(req)
+			}
+			h.leave(req) // the attempt may have queued the owner after gaveUp took it out
+		})
+		return attemptResult{}, true, ctxErr(ctx)
+	}
+}
+
+// send makes one attempt: the kind's script behind the reach gate. A hold it took that did not reach
+// enough replicas (WithReplicaSync) is given back, and the error wraps
+// ErrNotReplicated. An attempt that failed without an answer may have run
+// all the same: what it may have taken is given back too.
+func (h *handle) send(ctx context.Context, req request) (attemptResult, error) {
+	if h.c.cfg.replicas.enabled() {
+		req.check = new(transport.Check)
+	}
+	gate := reachGate(h.c, h.kind)
+	res, err := attemptResult{}, gate.Err() // Redis unreachable: do not dial
+	sent := err == nil
+	if sent {
+		res, err = h.kind.attempt(ctx, req)
+		err = gate.Saw(err) // a failed dial is ErrUnreachable from the first call on
+	}
+	if err != nil {
+		// An attempt not sent took nothing, but a hand-over to a
+		// queued Lock whose answer was lost may have made the owner
+		// the holder: that is given back too.
+		if sent || req.queued {
+			done := h.startGiveBack(req)
+			if ctx.Err() == nil { // a caller out of time does not wait for it
+				grace(done)
+			}
+		}
+		return res, err
+	}
+	if short := req.check.Failed(); res.acquired && short != nil {
+		h.giveBack(req)
+		return attemptResult{}, short
+	}
+	return res, nil
+}
+
+// runners runs the attempts that call hands over on goroutines kept
+// between attempts, up to maxIdleRunners idle ones: a new goroutine's
+// stack would be grown (copied) again by the Redis client's deep calls at
+// every attempt, which costs more than starting the goroutine.
+type runners struct {
+	mu     sync.Mutex
+	idle   []chan func()
+	closed bool
+}
+
+// maxIdleRunners bounds the goroutines kept idle for attempts.
+const maxIdleRunners = 16
+
+// run runs f on an idle runner or a new goroutine.
+func (rs *runners) run(f func()) {
+	rs.mu.Lock()
+	if n := len(rs.idle); n > 0 {
+		r := rs.idle[n-1]
+		rs.idle = rs.idle[:n-1]
+		rs.mu.Unlock()
+		r <- f // buffered: never blocks
+		return
+	}
+	rs.mu.Unlock()
+	r := make(chan func(), 1)
+	r <- f
+	go rs.loop(r)
+}
+
+// loop runs the functions handed to r, waiting idle in between, until
+// the runners are closed or enough others wait.
+func (rs *runners) loop(r chan func()) {
+	for f := range r {
+		f()
+		rs.mu.Lock()
+		if rs.closed || len(rs.idle) >= maxIdleRunners {
+			rs.mu.Unlock()
+			return
+		}
+		rs.idle = append(rs.idle, r)
+		rs.mu.Unlock()
+	}
+}
+
+// close ends the idle runners; later attempts get goroutines of their own.
+func (rs *runners) close() {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.closed = true
+	for _, r := range rs.idle {
+		close(r)
+	}
+	rs.idle = nil
+}
+
+// honoursDeadlines reports whether rdb ends every request by its ctx's
+// deadline: a plain *redis.Client with ContextTimeoutEnabled that sets
+// socket deadlines (ReadTimeout and WriteTimeout not -2). go-redis's
+// default ignores ctx for socket I/O. A cluster client is not counted
+// (it may reload its slot map on its own terms), nor a Sentinel failover
+// client (it asks its sentinels, with their options, when it dials).
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return false
+	}
+	opt := c.Options()
+	return opt.ContextTimeoutEnabled && opt.Addr != failoverAddr && opt.ReadTimeout >= 0 && opt.WriteTimeout >= 0
+}

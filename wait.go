@@ -1,0 +1,255 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/pubsub"
+)
+
+// Waiting, for every primitive: a sleeper is the part every wait shares
+// (the subscription whose messages wake it and the timer that bounds each
+// sleep); a Lock's waiter adds its place in this Client's queue for the
+// lock, and a synchronizer's wait (synchronizer.go) an extra wake-up.
+// Between attempts a Lock's waiter sleeps until an unlock message, the end
+// of the current hold's lease, a hand-over from a release of this Client,
+// or the end of its ctx.
+
+// pollNoExpiry is how often a waiter retries a lock whose key has no TTL
+// (not one dlock or Redisson wrote) when no unlock message comes.
+const pollNoExpiry = time.Second
+
+// sleeper is what every wait sleeps with: the subscription to the
+// channel whose messages wake it, made at its first sleep, and the timer
+// that bounds each sleep. The first sleep ends when the subscription is
+// confirmed (Ready), since the message may have been published before it:
+// the caller tries again then. Later sleeps end at a message (Wake).
+type sleeper struct {
+	hub   *pubsub.Hub
+	sub   *pubsub.Waiter
+	timer *time.Timer
+}
+
+// arm sets the timer to end the next sleep after d.
+func (s *sleeper) arm(d time.Duration) {
+	if s.timer == nil {
+		s.timer = time.NewTimer(d)
+	} else {
+		s.timer.Reset(d)
+	}
+}
+
+// wakeUps returns the channel whose receive ends the next sleep on
+// channel: nil without a channel (only the timer wakes); at the first
+// sleep, the new subscription's Ready, or its Wake when joined (the
+// caller joins waiters of this Client that are subscribed already); after
+// that, the messages. A subscription that fails is made again at the next
+// sleep.
+func (s *sleeper) wakeUps(ctx context.Context, channel string, joined bool) (<-chan struct{}, error) {
+	switch {
+	case channel == "":
+		return nil, nil
+	case s.sub != nil:
+		return s.sub.Wake(), nil
+	}
+	sub, err := s.subscribe(ctx, channel)
+	switch {
+	case err != nil:
+		return nil, err
+	case joined:
+		s.sub = sub
+		return sub.Wake(), nil
+	}
+	s.sub = sub
+	return sub.Ready(), nil
+}
+
+// stop ends the sleeps: the timer stops and the subscription goes,
+// passing on a wake-up that the caller did not use (used is false).
+func (s *sleeper) stop(used bool) {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if s.sub != nil {
+		s.sub.Close(used)
+	}
+}
+
+// waiter is the waiting side of a Lock: its sleeper and the Lock's place
+// in this Client's queue for the lock (handoff.go).
+type waiter struct {
+	sleeper
+	h        *handle
+	req      request
+	hands    bool   // the kind hands over: the Lock waits in a place
+	place    *place // made at the first sleep when hands is set
+	last     error  // why the latest attempt failed, when the kind says
+	acquired bool   // the Lock succeeded: a wake-up it had was used
+	joined   bool   // joined subscribed waiters of this Client: no attempt after subscribing
+}
+
+// sleep waits after an attempt that found the lock held: until an unlock
+// message, the end of the current hold's lease (res.ttl), a hand-over from
+// a release of this Client, or the end of ctx. The first sleep subscribes
+// and ends when the subscription is confirmed, since the unlock may have
+// been published before. The grant is ok when the lock was handed over.
+func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
+	h := w.h
+	w.last = res.reason
+	d := res.ttl
+	if d < 0 {
+		d = pollNoExpiry
+	}
+	w.arm(d)
+	wake, err := w.wakeUps(ctx)
+	if err != nil {
+		return grant{}, err
+	}
+	if g := w.wait(ctx, wake); g.ok {
+		return g, nil // the lock is ours even if ctx ended meanwhile
+	}
+	switch {
+	case ctxDone(ctx):
+		return grant{}, h.gaveUp(ctx, w.req, w.last)
+	case h.c.isClosed():
+		// The Redis client may still work: leave the queue rather than
+		// hold it up like a dead process until our deadline.
+		h.leave(w.req)
+		return grant{}, ErrClosed
+	}
+	return grant{}, nil
+}
+
+// subscribe subscribes to channel through the hub. Opening the hub's
+// connection to a server that does not answer can take the Redis client's
+// dial and read timeouts whatever ctx says, so when ctx can end, subscribe
+// returns when it ends, and a subscription made after that is closed in
+// the background.
+func (s *sleeper) subscribe(ctx context.Context, channel string) (*pubsub.Waiter, error) {
+	hub := s.hub
+	if ctx.Done() == nil {
+		return hub.Subscribe(ctx, channel)
+	}
+	type result struct {
+		sub *pubsub.Waiter
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sub, err := hub.Subscribe(ctx, channel)
+		done <- result{sub, err}
+	}()
+	select {
+	case r := <-done:
+		return r.sub, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.sub != nil {
+				r.sub.Close(false)
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// wait sleeps in the lock's queue, if the kind hands over, until wake
+// (see wakeUps: Ready at the first sleep, then the unlock messages), the
+// timer, a hand-over or the end of ctx. A release of this Client that
+// chose the waiter but freed the lock instead, for other processes' turn,
+// puts it back in the queue if it was not woken already: it then waits
+// for the unlock message like the waiters of every other process, rather
+// than race them from up close. A waiter that wake or the timer woke
+// before it was told of the free returns at once, to try again: the
+// message it would wait for came already.
+func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
+	if w.hands && w.place == nil {
+		w.place = w.h.newPlace(w.req)
+		w.req.queued = true
+	}
+	for {
+		var granted <-chan grant
+		if w.place != nil {
+			w.h.c.enqueue(w.h, w.place)
+			granted = w.place.grant
+		}
+		var g grant
+		woken := false // by wake (Ready at the first sleep, else the unlock message) or the timer: used up
+		select {
+		case <-wake:
+			woken = true
+		case <-w.timer.C:
+			woken = true
+		case g = <-granted:
+		case <-ctx.Done():
+		case <-w.h.c.done: // Close: a first sleep waits on Ready, which may never come
+		}
+		if !g.ok && !g.freed && w.place != nil {
+			g = w.handedOver(ctx)
+		}
+		// A free told after the wake-up that came with it: waiting again
+		// would wait for a message that came already (and a timer that
+		// fired), with the lock free.
+		if !g.freed || woken || ctxDone(ctx) {
+			return g
+		}
+	}
+}
+
+// wakeUps returns the channel that wakes the waiter (sleeper.wakeUps, on
+// the kind's channel: none for a kind without unlock messages). A waiter
+// past its first sleep is subscribed: its place says so, for the releases
+// of this Client that choose whom to hand the lock to (handoff.go).
+func (w *waiter) wakeUps(ctx context.Context) (<-chan struct{}, error) {
+	h := w.h
+	if w.sub != nil && w.place != nil {
+		h.c.mu.Lock()
+		w.place.subscribed = true
+		h.c.mu.Unlock()
+	}
+	wake, err := w.sleeper.wakeUps(ctx, h.kind.channel(w.req.owner), w.joined)
+	switch {
+	case err == nil:
+		return wake, nil
+	case ctxDone(ctx):
+		// Also when ctx's timer has yet to fire: a dial or socket
+		// deadline at ctx's deadline can fail the subscription first.
+		return nil, h.gaveUp(ctx, w.req, w.last)
+	case errors.Is(err, pubsub.ErrClosed):
+		return nil, ErrClosed // Close raced this Lock
+	}
+	h.leave(w.req)
+	return nil, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
+}
+
+// handedOver takes the waiter out of its lock's queue after a sleep and
+// returns the outcome of a hand-over that chose it meanwhile, if any. When
+// ctx ends while the hand-over is still on its way, a lock it hands over
+// is given back in the background.
+func (w *waiter) handedOver(ctx context.Context) grant {
+	h := w.h
+	if !h.c.dequeue(h, w.place) {
+		select {
+		case g := <-w.place.grant: // told before we woke
+			return g
+		default:
+			return grant{}
+		}
+	}
+	select {
+	case g := <-w.place.grant:
+		return g
+	case <-ctx.Done():
+		h.c.background(h.holdKey(w.req.owner), func(context.Context) {
+			if g := <-w.place.grant; g.ok || g.unknown {
+				h.giveBack(w.req)
+			}
+		})
+		return grant{}
+	}
+}
+
+// stop ends the wait: the subscription goes, passing on a wake-up that a
+// Lock that failed did not use.
+func (w *waiter) stop() { w.sleeper.stop(w.acquired) }
