@@ -46,11 +46,11 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 		case err != nil:
 			return nil, err
 		case g.ok && time.Since(g.start) >= validity(h.kind, req.lease):
-			h.giveBack(req) // handed over too late to be worth anything: try again
+			grace(h.giveBack(req)) // handed over too late to be worth anything: try again
 		case g.ok: // handed over by a release of this Client
 			lockCtx, err := h.c.register(ctx, h, req, g.token, g.start)
 			if err != nil {
-				h.giveBack(req)
+				grace(h.giveBack(req))
 			}
 			return lockCtx, err
 		}
@@ -147,12 +147,12 @@ func (h *handle) settle(ctx context.Context, req request, hd *hold, start time.T
 		// The answer came after the lease it set had run out on our
 		// clock (a long outage, a command re-sent after a restart): the
 		// lock may be someone else's by now. Give it back and try again.
-		h.giveBack(req)
+		grace(h.giveBack(req))
 		return nil, attemptResult{reason: errLateReply}, nil
 	case res.acquired:
 		lockCtx, err := h.c.register(ctx, h, req, res.token, start)
 		if err != nil {
-			h.giveBack(req)
+			grace(h.giveBack(req))
 		}
 		return lockCtx, res, err
 	}

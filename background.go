@@ -108,19 +108,16 @@ func grace(done <-chan struct{}) {
 }
 
 // giveBack releases, in the background, a hold that an attempt may have
-// taken but the caller will not get, and waits cleanupGrace for it. A
+// taken but the caller will not get, and returns a channel closed when
+// that is done; callers wait for it at most cleanupGrace (grace). A
 // re-entry took nothing the owner did not hold already.
-func (h *handle) giveBack(req request) { grace(h.startGiveBack(req)) }
-
-// startGiveBack starts giveBack's work and returns a channel closed when
-// it is done.
-func (h *handle) startGiveBack(req request) <-chan struct{} {
+func (h *handle) giveBack(req request) <-chan struct{} {
 	if req.reentry {
 		return closedChan
 	}
 	// The attempt may have run and set the lease, its reply lost with the
 	// connection (a Redis restart): a give-back that fails for a reason
-	// that may pass is sent again, as a release is (releaseRetry), until
+	// that may pass is sent again, as a release is (retryRelease), until
 	// that lease has run out, or the lock would stay taken for a lease.
 	until := time.Now().Add(validity(h.kind, req.lease))
 	return h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
@@ -128,7 +125,7 @@ func (h *handle) startGiveBack(req request) <-chan struct{} {
 			_, err := h.kind.release(ctx, req)
 			return err
 		}
-		if _, err := h.resend(ctx, until, nil, send); err != nil {
+		if _, err := h.sendUntil(ctx, until, nil, send); err != nil {
 			// Redis unreachable all along: the attempt almost surely took
 			// nothing, and an outage is reported elsewhere.
 			level := slog.LevelWarn
@@ -147,14 +144,14 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // kinds that keep one (the fair lock), in the background, and waits
 // cleanupGrace for it.
 func (h *handle) leave(req request) {
-	a, ok := h.kind.(abandoner)
+	a, ok := h.kind.(leaver)
 	if !ok || !req.wait {
 		return
 	}
 	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 		defer cancel()
-		if err := a.abandon(ctx, req); err != nil {
+		if err := a.leave(ctx, req); err != nil {
 			h.c.cfg.logger.Warn("dlock: leaving the wait queue failed", "lock", h.name, "error", err)
 		}
 	}))

@@ -44,7 +44,7 @@ type Client struct {
 	watchdog *watchdog.Watchdog[leased] // keeps every lease: holds and permits (renew.go)
 
 	permits permitSet  // permits held, for Close (permit_semaphore.go)
-	latches latchGates // what a latch's waiters share (countdownlatch.go)
+	latches latchWaits // what a latch's waiters share (countdownlatch.go)
 
 	// runners are goroutines for attempts that must not hold up their
 	// caller (acquire.go).

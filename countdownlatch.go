@@ -125,8 +125,8 @@ func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 	ob := l.c.observeWait(ctx, LockInfo{Name: l.name, Kind: KindLatch}, nil, OutcomeOpened) // observe.go; nil without observers
 	defer func() { ob.returned(err) }()
 	// The hub hands a zero message to one waiter of the channel: the
-	// Client's waiters on the latch share a gate, which the first of them
-	// to see the latch open opens for the others.
+	// Client's waiters on the latch share a latchWait, whose open the
+	// first of them to see the latch open closes for the others.
 	g := l.c.latches.enter(l.name)
 	defer l.c.latches.leave(l.name, g)
 	err = wait(ctx, l.c, l.channel, g.open, ob.sleeps(func() (bool, time.Duration, error) {
@@ -168,26 +168,26 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// gate is what the waiters of one latch on one Client share: open is
+// latchWait is what the waiters of one latch on one Client share: open is
 // closed once one of them saw the latch open.
-type gate struct {
+type latchWait struct {
 	open    chan struct{}
 	once    sync.Once
 	waiters int
 }
 
-func (g *gate) openOnce() { g.once.Do(func() { close(g.open) }) }
+func (g *latchWait) openOnce() { g.once.Do(func() { close(g.open) }) }
 
-// latchGates is a Client's gates, one per latch with waiters. The zero
+// latchWaits is a Client's latchWaits, one per latch with waiters. The zero
 // value is ready to use.
-type latchGates struct {
+type latchWaits struct {
 	mu sync.Mutex
-	m  map[string]*gate
+	m  map[string]*latchWait
 }
 
-// enter returns the gate of the latch's current waiters. A gate that was
-// opened is not handed out again: the latch may have been closed since.
-func (gs *latchGates) enter(name string) *gate {
+// enter returns the latchWait of the latch's current waiters. One that
+// was opened is not handed out again: the latch may have been closed since.
+func (gs *latchWaits) enter(name string) *latchWait {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	g := gs.m[name]
@@ -199,9 +199,9 @@ func (gs *latchGates) enter(name string) *gate {
 		}
 	}
 	if g == nil {
-		g = &gate{open: make(chan struct{})}
+		g = &latchWait{open: make(chan struct{})}
 		if gs.m == nil {
-			gs.m = map[string]*gate{}
+			gs.m = map[string]*latchWait{}
 		}
 		gs.m[name] = g
 	}
@@ -210,7 +210,7 @@ func (gs *latchGates) enter(name string) *gate {
 }
 
 // leave lets go of g, which enter returned for the latch name.
-func (gs *latchGates) leave(name string, g *gate) {
+func (gs *latchWaits) leave(name string, g *latchWait) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	if g.waiters--; g.waiters == 0 && gs.m[name] == g {

@@ -119,10 +119,10 @@ func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error
 		unlockMessage, r.owner, k.c.publish, k.wait))
 }
 
-// abandon takes a waiter that gave up out of the queue.
-func (k *fairKind) abandon(ctx context.Context, r request) error {
+// leave takes a waiter that gave up out of the queue.
+func (k *fairKind) leave(ctx context.Context, r request) error {
 	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
-	return k.c.eval(ctx, scripts.FairAbandon, keys, r.owner, k.wait, unlockMessage, k.c.publish).Err()
+	return k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Err()
 }
 
 func (k *fairKind) forceRelease(ctx context.Context) (bool, error) {

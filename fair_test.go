@@ -236,7 +236,7 @@ func TestFairTryLockDoesNotQueue(t *testing.T) {
 	if _, err := m.TryLock(ctx); !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("TryLock with a waiter ahead: %v, want ErrNotObtained", err)
 	}
-	if err := k.abandon(ctx, dead); err != nil {
+	if err := k.leave(ctx, dead); err != nil {
 		t.Fatal(err)
 	}
 	l, err := m.TryLock(ctx)
@@ -492,7 +492,7 @@ func TestFairAbandonWakesNextHead(t *testing.T) {
 	owner, got := fairWaiter(t, lctx, next, 3)
 	fallback := awaitLongSleep(t, sleeps, lease/2)
 	waitForSubscriber(t, wc, k.channel(owner))
-	if err := k.abandon(ctx, mid); err != nil {
+	if err := k.leave(ctx, mid); err != nil {
 		t.Fatal(err)
 	}
 	if q := fairQueue(t, c.rdb, name); !slices.Equal(q, []string{head.owner, owner}) {
@@ -502,7 +502,7 @@ func TestFairAbandonWakesNextHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := time.Now()
-	if err := k.abandon(ctx, head); err != nil {
+	if err := k.leave(ctx, head); err != nil {
 		t.Fatal(err)
 	}
 	limit := fallback / 10

@@ -67,10 +67,6 @@ type handoff struct {
 	token         int64 // the waiter's fencing token, when handed
 }
 
-// lockKey names a lock of a Client: its key and role (the halves of a
-// read-write lock share a key).
-type lockKey struct{ key, role string }
-
 // queueKey names the queue of h's lock.
 func (h *handle) queueKey() lockKey { return lockKey{h.kind.key(), h.kind.role()} }
 

@@ -8,6 +8,10 @@ import (
 	"time"
 )
 
+// lockKey names a lock of a Client: its key and role (the halves of a
+// read-write lock share a key).
+type lockKey struct{ key, role string }
+
 // holdKey names one owner's hold on one lock.
 type holdKey struct {
 	key, field string
@@ -185,14 +189,14 @@ func (c *Client) holdCount(k holdKey, n int) int {
 // c.mu must be held.
 func (c *Client) registered(hd *hold) bool { return c.holds[hd.holdKey()] == hd }
 
-// unhold takes acq out of its hold for Unlock, with hd.op held. When it
+// dropAcquisition takes acq out of its hold for Unlock, with hd.op held. When it
 // was the hold's last acquisition, the hold leaves the registry, the
 // watchdog and its timer before its release is sent (which is what keeps
-// renewal from outliving the lock, Redisson #7272), and unhold returns the
+// renewal from outliving the lock, Redisson #7272), and dropAcquisition returns the
 // busy mark under which the release must run (spawn), so that a new
 // acquisition by the owner waits for it. The error is
 // errReleased or errLost when there is nothing to release.
-func (c *Client) unhold(acq *acquisition) (release *busy, err error) {
+func (c *Client) dropAcquisition(acq *acquisition) (release *busy, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	hd := acq.hold
@@ -211,7 +215,7 @@ func (c *Client) unhold(acq *acquisition) (release *busy, err error) {
 	return c.addBusy(hd.holdKey()), nil
 }
 
-// Why unhold refuses.
+// Why dropAcquisition refuses.
 var (
 	errReleased = errors.New("this hold was already released")
 	errLost     = errors.New("the lock was lost")

@@ -47,11 +47,11 @@ type kind interface {
 	label() string
 }
 
-// abandoner is implemented by kinds that keep waiters in Redis (the fair
-// lock's queue): abandon is called when owner stops waiting without the
+// leaver is implemented by kinds that keep waiters in Redis (the fair
+// lock's queue): leave is called when owner stops waiting without the
 // lock.
-type abandoner interface {
-	abandon(ctx context.Context, r request) error
+type leaver interface {
+	leave(ctx context.Context, r request) error
 }
 
 // request is one call to a kind's script.

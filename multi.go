@@ -306,9 +306,9 @@ func (m *MultiLock) Unlock(lockCtx context.Context) error {
 }
 
 // unlockMember releases member i's hold, trying again after errors other
-// than ErrNotHeld and ErrClosed. If it still fails, the member is given up
-// (forgetter) so that no watchdog keeps renewing a lock nobody will
-// release.
+// than ErrNotHeld and ErrClosed. If it still fails, the member's hold is
+// lost on purpose (loser) so that no watchdog keeps renewing a lock
+// nobody will release.
 func (m *MultiLock) unlockMember(i int, memberCtx context.Context) error {
 	l := m.members[i]
 	var err error
@@ -320,8 +320,8 @@ func (m *MultiLock) unlockMember(i int, memberCtx context.Context) error {
 			return err
 		}
 	}
-	if f, ok := l.(forgetter); ok {
-		f.forget(memberCtx)
+	if f, ok := l.(loser); ok {
+		f.lose(memberCtx)
 	}
 	return err
 }

@@ -386,7 +386,7 @@ func (c *Client) observeUnlock(ctx context.Context, h *handle, acq *acquisition,
 	if !c.observing() {
 		return
 	}
-	held, ok := c.cfg.obs.forget(acq)
+	held, ok := c.cfg.obs.untrack(acq)
 	if !ok || errors.Is(*err, errReleased) || errors.Is(*err, errLost) {
 		return
 	}
@@ -407,7 +407,7 @@ func (c *Client) observeRelease(ctx context.Context, l LockInfo, held any, err *
 	}
 	u := UnlockInfo{Held: -1, Last: true, Err: *err}
 	if held != nil {
-		d, ok := c.cfg.obs.forget(held)
+		d, ok := c.cfg.obs.untrack(held)
 		if !ok {
 			return
 		}
@@ -472,7 +472,7 @@ func (c *Client) observeClosed(holds map[holdKey]*hold) {
 func (c *Client) lost(hd *hold, acqs []*acquisition, cause LostCause, err error) {
 	e := LostInfo{Cause: cause, Acquisitions: len(acqs), Err: err}
 	for _, a := range acqs {
-		if held, ok := c.cfg.obs.forget(a); ok {
+		if held, ok := c.cfg.obs.untrack(a); ok {
 			e.Held = max(e.Held, held)
 		}
 	}
@@ -493,7 +493,7 @@ func (c *Client) observeLoss(l LockInfo, held any, expired bool, err error) {
 	case expired:
 		e.Cause = LostExpired
 	}
-	e.Held, _ = c.cfg.obs.forget(held)
+	e.Held, _ = c.cfg.obs.untrack(held)
 	c.reportLost(l, e)
 }
 
@@ -517,10 +517,10 @@ func (c *Client) observeReconnect(err error) {
 	}
 }
 
-// forget returns how long acq (an acquisition or a permit) has been held
+// untrack returns how long acq (an acquisition or a permit) has been held
 // and forgets it; ok is false when it was not known (or forgotten
 // already).
-func (o *observers) forget(acq any) (held time.Duration, ok bool) {
+func (o *observers) untrack(acq any) (held time.Duration, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	since, ok := o.since[acq]

@@ -347,10 +347,10 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 		return fmt.Errorf("dlock: semaphore %q: release: %w", s.name, err)
 	}
 	if n == 0 {
-		p.end(fmt.Errorf("%w: semaphore %q: permit not held at release", ErrLockLost, s.name))
+		p.drop(fmt.Errorf("%w: semaphore %q: permit not held at release", ErrLockLost, s.name))
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
 	}
-	p.end(ErrUnlocked)
+	p.drop(ErrUnlocked)
 	if short != nil {
 		return notReplicated(fmt.Sprintf("semaphore %q: release", s.name), short)
 	}
@@ -388,7 +388,7 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 		return fmt.Errorf("dlock: semaphore %q: update lease: %w", s.name, err)
 	}
 	if len(held) != 1 || held[0] != 1 {
-		p.end(fmt.Errorf("%w: semaphore %q: permit not held at lease update", ErrLockLost, s.name))
+		p.drop(fmt.Errorf("%w: semaphore %q: permit not held at lease update", ErrLockLost, s.name))
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
 	}
 	p.relet(lease == 0, start.Add(d))
@@ -560,8 +560,8 @@ func (p *permit) isReleased() bool {
 	return p.releasing
 }
 
-// end cancels the permit context with cause and forgets the permit.
-func (p *permit) end(cause error) {
+// drop cancels the permit context with cause and forgets the permit.
+func (p *permit) drop(cause error) {
 	p.mu.Lock()
 	if p.ended {
 		p.mu.Unlock()
@@ -619,7 +619,7 @@ func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, sta
 	}
 	p.mu.Lock() // the timer may fire at once: p.end must find it set
 	p.timer = time.AfterFunc(time.Until(start.Add(lease)), func() {
-		p.end(fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, s.name))
+		p.drop(fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, s.name))
 	})
 	p.mu.Unlock()
 	if ps.permits == nil {
@@ -648,6 +648,6 @@ func (ps *permitSet) close() {
 	held := slices.Collect(maps.Keys(ps.permits))
 	ps.mu.Unlock()
 	for _, p := range held {
-		p.end(ErrClosed)
+		p.drop(ErrClosed)
 	}
 }

@@ -44,7 +44,7 @@ func (h *handle) Unlock(ctx context.Context) (err error) {
 	if err := acq.hold.lockOp(bound); err != nil {
 		return fmt.Errorf("dlock: unlock %q: %w", h.name, err)
 	}
-	release, err := h.c.unhold(acq)
+	release, err := h.c.dropAcquisition(acq)
 	acq.hold.unlockOp()
 	switch {
 	case err != nil:
@@ -53,7 +53,7 @@ func (h *handle) Unlock(ctx context.Context) (err error) {
 		acq.cancel(ErrUnlocked)
 		return nil
 	}
-	return h.releaseLast(bound, acq, release)
+	return h.release(bound, acq, release)
 }
 
 // withDeadlineOf returns a context with ctx's deadline, if any, that is not
@@ -65,20 +65,20 @@ func withDeadlineOf(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithoutCancel(ctx), func() {}
 }
 
-// releaseLast releases the last acquisition of a hold in Redis, under the
+// release releases the last acquisition of a hold in Redis, under the
 // busy mark b, and returns the first outcome. A release that failed for a
-// reason that may pass goes on in the background (releaseRetry). When ctx
+// reason that may pass goes on in the background (retryRelease). When ctx
 // has a deadline, the release runs in the background from the start, and
-// releaseLast returns by the deadline.
-func (h *handle) releaseLast(ctx context.Context, acq *acquisition, b *busy) error {
+// release returns by the deadline.
+func (h *handle) release(ctx context.Context, acq *acquisition, b *busy) error {
 	hd, k := acq.hold, acq.hold.holdKey()
 	var err error
 	if _, ok := ctx.Deadline(); ok {
 		first := make(chan error, 1)
 		h.c.spawn(k, b, func(bg context.Context) {
-			err := h.releaseOnce(bg, hd, true)
+			err := h.sendRelease(bg, hd, true)
 			first <- err
-			h.releaseRetry(bg, hd, err)
+			h.retryRelease(bg, hd, err)
 		})
 		select {
 		case err = <-first:
@@ -87,9 +87,9 @@ func (h *handle) releaseLast(ctx context.Context, acq *acquisition, b *busy) err
 			return fmt.Errorf("dlock: unlock %q: %w (the release goes on in the background)", h.name, context.DeadlineExceeded)
 		}
 	} else {
-		err = h.releaseOnce(ctx, hd, true)
+		err = h.sendRelease(ctx, hd, true)
 		if retrying(err) {
-			h.c.spawn(k, b, func(bg context.Context) { h.releaseRetry(bg, hd, err) })
+			h.c.spawn(k, b, func(bg context.Context) { h.retryRelease(bg, hd, err) })
 		} else {
 			h.c.endBusy(k, b)
 		}
@@ -119,21 +119,21 @@ func retrying(err error) bool {
 	return err != nil && !errors.Is(err, ErrNotHeld) && mayPass(err)
 }
 
-// releaseRetry goes on with a release whose first try failed with err, if
+// retryRelease goes on with a release whose first try failed with err, if
 // retrying says so: it sends the release again until Redis answers, for as
 // long as the hold's lease lasts (after that Redis lets the lock expire by
 // itself), and logs how it ended. Resending is safe: a release that did
 // run leaves nothing for the next to release, and a hold that is gone
 // after a try without an answer was released by that try.
-func (h *handle) releaseRetry(ctx context.Context, hd *hold, err error) {
+func (h *handle) retryRelease(ctx context.Context, hd *hold, err error) {
 	if !retrying(err) {
 		return
 	}
 	h.c.mu.Lock()
 	until := hd.until
 	h.c.mu.Unlock()
-	tries, err := h.resend(ctx, until, err, func(ctx context.Context) error {
-		if err := h.releaseOnce(ctx, hd, false); !errors.Is(err, ErrNotHeld) {
+	tries, err := h.sendUntil(ctx, until, err, func(ctx context.Context) error {
+		if err := h.sendRelease(ctx, hd, false); !errors.Is(err, ErrNotHeld) {
 			return err
 		}
 		return nil
@@ -141,12 +141,12 @@ func (h *handle) releaseRetry(ctx context.Context, hd *hold, err error) {
 	h.logRelease(hd, tries, err)
 }
 
-// resend sends a release (or a give-back) with send until it gets
+// sendUntil sends a release (or a give-back) with send until it gets
 // through or fails for good, for as long as until allows: after a failure
 // that may pass it waits a pause that grows to maxReleasePause. first is
 // the error of a try already made (nil: send at once). It returns how many
 // tries there were in all and the last error.
-func (h *handle) resend(ctx context.Context, until time.Time, first error, send func(context.Context) error) (int, error) {
+func (h *handle) sendUntil(ctx context.Context, until time.Time, first error, send func(context.Context) error) (int, error) {
 	tries, err, gate := 0, first, reachGate(h.c, h.kind)
 	if first != nil {
 		tries = 1
@@ -166,10 +166,10 @@ func (h *handle) resend(ctx context.Context, until time.Time, first error, send 
 	return tries, err
 }
 
-// releaseOnce sends one release of hd's owner's hold and returns nil, an
+// sendRelease sends one release of hd's owner's hold and returns nil, an
 // error wrapping ErrNotHeld, or the Redis error. The first try hands the
 // lock over to a waiter of this Client when the kind can (handoff.go).
-func (h *handle) releaseOnce(ctx context.Context, hd *hold, first bool) error {
+func (h *handle) sendRelease(ctx context.Context, hd *hold, first bool) error {
 	req := request{owner: hd.owner, lease: hd.lease}
 	var res releaseResult
 	var err error
@@ -230,14 +230,14 @@ func isRedisReply(err error) bool {
 	return errors.As(err, &reply)
 }
 
-// forgetter is implemented by dlock's own locks: forget gives up a hold that
+// loser is implemented by dlock's own locks: lose gives up a hold that
 // could not be released, so that the watchdog stops renewing it and it
 // expires with its lease instead of staying held for good.
-type forgetter interface {
-	forget(lockCtx context.Context)
+type loser interface {
+	lose(lockCtx context.Context)
 }
 
-func (h *handle) forget(lockCtx context.Context) {
+func (h *handle) lose(lockCtx context.Context) {
 	c := h.c
 	owner, ok := ownerFrom(lockCtx, c)
 	if !ok {

@@ -250,7 +250,7 @@ func (c *Client) leasePermits(ctx context.Context, lease time.Duration, permits 
 			p.extend(start.Add(lease))
 		case held[i] == 1:
 		case !p.isReleased():
-			p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
+			p.drop(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
 		}
 	}
 	return nil

@@ -54,7 +54,7 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 		h.c.background(h.holdKey(req.owner), func(context.Context) {
 			defer done()
 			if r := <-replied; r.err == nil && r.res.acquired {
-				h.giveBack(req)
+				grace(h.giveBack(req))
 			}
 			h.leave(req) // the attempt may have queued the owner after gaveUp took it out
 		})
@@ -82,7 +82,7 @@ func (h *handle) send(ctx context.Context, req request) (attemptResult, error) {
 		// queued Lock whose answer was lost may have made the owner
 		// the holder: that is given back too.
 		if sent || req.queued {
-			done := h.startGiveBack(req)
+			done := h.giveBack(req)
 			if ctx.Err() == nil { // a caller out of time does not wait for it
 				grace(done)
 			}
@@ -90,7 +90,7 @@ func (h *handle) send(ctx context.Context, req request) (attemptResult, error) {
 		return res, err
 	}
 	if short := req.check.Failed(); res.acquired && short != nil {
-		h.giveBack(req)
+		grace(h.giveBack(req))
 		return attemptResult{}, short
 	}
 	return res, nil

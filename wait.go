@@ -243,7 +243,7 @@ func (w *waiter) handedOver(ctx context.Context) grant {
 	case <-ctx.Done():
 		h.c.background(h.holdKey(w.req.owner), func(context.Context) {
 			if g := <-w.place.grant; g.ok || g.unknown {
-				h.giveBack(w.req)
+				grace(h.giveBack(w.req))
 			}
 		})
 		return grant{}

@@ -289,7 +289,7 @@ m "permits: watchdog does not renew permits" renew.go \
 # The renewal that finds a permit gone (released by id, deleted) cancels
 # its context at once, not when the local lease runs out.
 m "permits: renewal does not report a lost permit" renew.go \
-  'p.end(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))' \
+  'p.drop(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))' \
   '_ = fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name)' \
   . '^(TestPermitSemaphoreRenewalFindsLoss|TestPermitSemaphoreFixedLeaseLossNoticed)$'
 # The watchdog checks a permit with a fixed lease, as it checks a lock's
@@ -371,13 +371,13 @@ return 1" \
   . '^(TestFairUnlockWakesHead|TestFairGrantOrder)$'
 # When the head of a free lock's queue gives up, the next waiter is woken
 # at once, not when its sleep (the old lease) runs out.
-m "fair: abandon does not wake the next waiter" internal/scripts/fair_abandon.lua \
+m "fair: leave does not wake the next waiter" internal/scripts/fair_leave.lua \
   "  wakeHead(KEYS[2], KEYS[3], KEYS[4], now, wait, ARGV[3], ARGV[4])
 end" \
   "end" \
   . '^(TestFairAbandonWakesNextHead)$'
 # The waiters behind one that gives up move up by one wait (no drift).
-m "fair: abandon leaves the deadlines behind unchanged" internal/scripts/fair_abandon.lua \
+m "fair: leave leaves the deadlines behind unchanged" internal/scripts/fair_leave.lua \
   "redis.call('zincrby', KEYS[3], -wait, queue[i])" \
   "local _ = queue[i]" \
   . '^(TestFairCancelledWaiterLeaves)$'
@@ -396,9 +396,9 @@ m "fair: TryLock joins the queue" internal/scripts/fair_acquire.lua \
 # or socket deadline at ctx's deadline fails it before ctx's timer fires)
 # is ErrNotObtained, not a wrapped i/o timeout.
 m "wait: deadline during the first subscribe read as a subscribe error" wait.go \
-  "		return sub.Ready(), nil
+  "		return wake, nil
 	case ctxDone(ctx):" \
-  "		return sub.Ready(), nil
+  "		return wake, nil
 	case ctx.Err() != nil:" \
   . '^(TestLockDeadlineDuringFirstSubscribe)$'
 

@@ -9,8 +9,8 @@ var (
 	fairAcquire string
 	//go:embed fair_release.lua
 	fairRelease string
-	//go:embed fair_abandon.lua
-	fairAbandon string
+	//go:embed fair_leave.lua
+	fairLeave string
 	//go:embed fair_force_release.lua
 	fairForceRelease string
 )
@@ -20,6 +20,6 @@ var (
 var (
 	FairAcquire      = newScript(fence + fairQueue + fairAcquire)
 	FairRelease      = newScript(fairQueue + fairRelease)
-	FairAbandon      = newScript(fairQueue + fairAbandon)
+	FairLeave        = newScript(fairQueue + fairLeave)
 	FairForceRelease = newScript(fairQueue + fairForceRelease)
 )

@@ -1,4 +1,4 @@
--- fair_abandon.lua: take a waiter that stopped waiting out of a fair lock's
+-- fair_leave.lua: take a waiter that stopped waiting out of a fair lock's
 -- queue (Redisson's acquireFailed). Runs after fair_queue.lua. The waiters
 -- behind it move up one place, so their deadlines do not drift (Redisson
 -- #1104, #2099); if it was the head of a free lock, the next head is woken
