@@ -132,8 +132,6 @@ func (k *redKind) channel(string) string     { return "" } // independent nodes 
 func (k *redKind) renewer() renewer          { return redRenewer{k} }
 func (k *redKind) label() string             { return KindRedLock }
 
-func (k *redKind) leave(context.Context, request) error { return nil }
-
 // selfGated: the Client's reach gate does not hold up a RedLock's
 // requests (kind.go); each node is a Client with a gate of its own.
 func (k *redKind) selfGated() {}
