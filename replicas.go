@@ -7,20 +7,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Replica sync (WithReplicaSync) narrows the window in which a failover
-// loses a lock or a permit: Redis replicates asynchronously, so a lock
-// written to the master a moment before it fails may be missing on the
-// replica that takes over, and another client then gets the same lock.
-// After an acquire attempt, and after a synchronizer's write, the
-// transport sends WAIT on the connection that ran the script (pipelined
-// with it, so it waits for exactly that write, internal/transport
-// replicas.go); if fewer replicas than asked acknowledged in time, an
-// acquire gives back what it took and reports ErrNotReplicated, and any
-// other write reports an error wrapping ErrNotReplicated (WithReplicaSync
-// says which). As in Redisson (checkLockSyncedSlaves), this is not a
-// guarantee: a replica that did not acknowledge can still be promoted, and
-// one that did can lose the write if it restarts without persistence.
-// Fencing tokens are the remedy for what remains.
+// The settings of replica sync (WithReplicaSync) and their checks; what it
+// does, and why it narrows but does not close the window in which a
+// failover loses a write, is told where it is done: internal/transport
+// replicas.go.
 
 // replicaSync is the configuration WithReplicaSync sets.
 type replicaSync struct {

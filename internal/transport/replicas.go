@@ -20,7 +20,8 @@ import (
 // ran the script (pipelined with it, so it waits for exactly that write)
 // and, if fewer replicas than asked acknowledged in time, records the
 // shortfall, wrapping ErrNotReplicated, in the caller's Check; the caller
-// decides what follows (an acquire gives back what it took). As in Redisson (checkLockSyncedSlaves), this is not a
+// decides what follows (an acquire gives back what it took, any other
+// write reports it). As in Redisson (checkLockSyncedSlaves), this is not a
 // guarantee: a replica that did not acknowledge can still be promoted, and
 // one that did can lose the write if it restarts without persistence.
 // Fencing tokens are the remedy for what remains.
