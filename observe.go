@@ -65,7 +65,8 @@ type Observer struct {
 	Unlocked func(ctx context.Context, l LockInfo, u UnlockInfo)
 
 	// Renewal is called after each renewal script call of the watchdog,
-	// which renews up to WithRenewalBatchSize holds at once.
+	// which renews up to WithRenewalBatchSize holds at once (the holds of
+	// locks, or the permits of one PermitSemaphore).
 	Renewal func(r RenewalInfo)
 
 	// Lost is called when a hold (a lock's, or a PermitSemaphore's permit)
@@ -424,13 +425,13 @@ func (c *Client) unlocked(ctx context.Context, l LockInfo, u UnlockInfo) {
 	}
 }
 
-// observeRenewal reports one renewal call of holds, sent at start, that
-// answered alive or err: Renewal.
-func (c *Client) observeRenewal(holds []*hold, start time.Time, alive []bool, err error) {
+// observeRenewal reports one renewal call of n holds or permits, sent at
+// start, that answered alive (per entry: not lost) or err: Renewal.
+func (c *Client) observeRenewal(n int, start time.Time, alive []bool, err error) {
 	if !c.observing() {
 		return
 	}
-	r := RenewalInfo{Locks: len(holds), Latency: time.Since(start), Err: err}
+	r := RenewalInfo{Locks: n, Latency: time.Since(start), Err: err}
 	for _, a := range alive {
 		if !a {
 			r.Lost++

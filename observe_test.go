@@ -635,3 +635,34 @@ func TestObserverCountDownLatch(t *testing.T) {
 		t.Errorf("Await on an open latch: %+v, want no sleep", e)
 	}
 }
+
+// TestObserverPermitRenewal: the watchdog's renewals of permits are
+// reported as a lock's are: one Renewal per script call, with the
+// permits it renewed and, once a permit is deleted behind its holder's
+// back, the one it found lost.
+func TestObserverPermitRenewal(t *testing.T) {
+	ctx := context.Background()
+	rec := newRecorder()
+	c := newClient(t, nil, WithObserver(rec.observer()), WithWatchdogTimeout(300*time.Millisecond))
+	s := mustPermitSemaphore(t, c, lockName(t))
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.await(t, "a permit renewal", func() bool { return len(rec.renewals) > 0 })
+	if _, err := newRedis(t).Del(ctx, s.timeouts).Result(); err != nil {
+		t.Fatal(err)
+	}
+	awaitDone(t, p, 10*time.Second, "the permit context of a deleted permit (watchdog 300ms)")
+	rec.await(t, "a renewal that found the permit lost", func() bool {
+		return len(rec.renewals) > 0 && rec.renewals[len(rec.renewals)-1].Lost == 1
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if r := rec.renewals[0]; r.Locks != 1 || r.Lost != 0 || r.Err != nil || r.Latency <= 0 {
+		t.Errorf("first permit renewal %+v, want 1 permit, none lost", r)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -214,6 +215,10 @@ func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (got context.Co
 			if ctxErr(ctx) != nil {
 				return false, 0, nil // wait returns ctx's error
 			}
+			if !try && s.c.outageOver(ctx, err) {
+				failing = time.Time{}
+				return false, time.Millisecond, nil // Redis is back: try again at once
+			}
 			if try || !noAnswer(err) {
 				return false, 0, err
 			}
@@ -266,8 +271,11 @@ func (s *PermitSemaphore) attempt(ctx context.Context) (context.Context, time.Du
 	case errors.Is(err, redis.Nil):
 		return nil, 0, nil // none free, none expiring
 	case err != nil:
-		// The script may have run all the same: give the permit back.
-		s.giveBack(ctx, id)
+		// The script may have run all the same: give the permit back,
+		// unless it was never sent (the gate is shut, the dial failed).
+		if !errors.Is(err, ErrUnreachable) && !transport.NotSent(err) {
+			s.giveBack(ctx, id)
+		}
 		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire: %w", s.name, err)
 	case res == "OK" && short != nil:
 		// Too few replicas have the permit: a failover could grant it

@@ -96,7 +96,7 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 		alive, err = holds[0].kind.renewer().renew(ctx, c, lease, holds)
 		gate.Saw(err)
 	}
-	c.observeRenewal(holds, start, alive, err)
+	c.observeRenewal(len(holds), start, alive, err)
 	if err != nil {
 		return fmt.Errorf("dlock: renewing %d locks: %w", len(holds), err)
 	}
@@ -174,11 +174,10 @@ func runRenewal(ctx context.Context, c *Client, s *redis.Script, keys []string, 
 func (p *permit) renewGroup() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	g := "psem:" + p.s.name
-	if !p.watchdog {
-		g += ":fixed"
+	if !p.watchdog { // the mode first: a name may end in ":fixed"
+		return "psem-fixed:" + p.s.name
 	}
-	return g
+	return "psem:" + p.s.name
 }
 
 func (p *permit) renewChunk(ctx context.Context, chunk []leased) error {
@@ -237,19 +236,25 @@ func (c *Client) leasePermits(ctx context.Context, lease time.Duration, permits 
 	for _, p := range permits {
 		args = append(args, p.id)
 	}
+	c.tr.Gate().Wait(ctx) // within the tick: a renewal sent as Redis comes back keeps the permits
 	held, err := runScript(ctx, c, scripts.PsemLease, s.keys(), args...).Int64Slice()
 	if err == nil && len(held) != len(permits) {
 		err = fmt.Errorf("unexpected reply %v", held)
 	}
 	if err != nil {
+		c.observeRenewal(len(permits), start, nil, err)
 		return fmt.Errorf("dlock: semaphore %q: renewing %d permits: %w", s.name, len(permits), err)
 	}
+	alive := make([]bool, len(permits)) // a permit being released is not lost
+	for i, p := range permits {
+		alive[i] = held[i] == 1 || p.isReleased()
+	}
+	c.observeRenewal(len(permits), start, alive, nil)
 	for i, p := range permits {
 		switch {
 		case held[i] == 1 && lease > 0:
 			p.extend(start.Add(lease))
-		case held[i] == 1:
-		case !p.isReleased():
+		case !alive[i]:
 			p.drop(fmt.Errorf("%w: semaphore %q: the permit was reclaimed or deleted", ErrLockLost, s.name))
 		}
 	}

@@ -143,6 +143,9 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 	defer func() { ob.returned(err) }()
 	err = wait(ctx, s.c, s.channel, nil, ob.sleeps(func() (bool, time.Duration, error) {
 		ok, err := s.try(ctx, n)
+		if s.c.outageOver(ctx, err) {
+			return false, time.Millisecond, nil // Redis is back: try again at once
+		}
 		return ok, 0, err
 	}))
 	if errors.Is(err, errGaveUp) {

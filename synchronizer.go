@@ -89,6 +89,15 @@ func runWrite(ctx context.Context, c *Client, s scripts.Script, keys []string, a
 	return cmd, chk.Failed()
 }
 
+// outageOver reports, for a waiting call whose attempt failed with err,
+// whether Redis was unreachable (the reach gate is shut) and can be
+// reached again now: it waits for the gate to open, as long as ctx
+// allows, so that a waiting Acquire waits out an outage as Lock does
+// rather than fail at once or dial through it.
+func (c *Client) outageOver(ctx context.Context, err error) bool {
+	return errors.Is(err, ErrUnreachable) && c.tr.Gate().Wait(ctx)
+}
+
 // notReplicated is the error of a synchronizer write that stands on the
 // master but that too few replicas acknowledged (runWrite's short).
 func notReplicated(what string, short error) error {

@@ -3,10 +3,12 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,9 +34,16 @@ func TestSynchronizerUnreachableFailsAtOnce(t *testing.T) {
 	latch := mustLatch(t, c, name+":latch")
 	d.shut.Store(true)
 	// The first call dials and fails: the gate shuts, and that first
-	// failure is ErrUnreachable already.
+	// failure is ErrUnreachable already. Its script must run at most once,
+	// so it is not sent again on another connection; but a dial sent
+	// nothing, and dialling again and again (for the 5 s retry budget)
+	// would only trip go-redis's breaker: the first failed dial ends it.
+	start := time.Now()
 	if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("first Semaphore TryAcquire with dials refused: %v, want ErrUnreachable", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("first Semaphore TryAcquire with dials refused took %v (%d dials), want one dial's tries (< 2 s), not the retry budget", took, d.n.Load())
 	}
 	eventually(t, 5*time.Second, func() error {
 		if c.tr.Gate().Err() == nil {
@@ -139,5 +148,68 @@ func TestSynchronizerReplicaSyncNoReplica(t *testing.T) {
 	}
 	for _, k := range []string{sem.name, psem.name, psem.timeouts, latch.name} {
 		c.rdb.Del(ctx, k)
+	}
+}
+
+// TestSynchronizerAcquireWaitsOutOutage: a waiting Acquire called while
+// Redis cannot be reached waits for it as long as its ctx allows, as Lock
+// does (TestLockWaitsOutOutage), rather than failing at once with
+// ErrUnreachable; it gets its permits once Redis is back.
+func TestSynchronizerAcquireWaitsOutOutage(t *testing.T) {
+	ctx := context.Background()
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var d countingDial
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: d.dial, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	name := lockName(t)
+	sem := mustSemaphore(t, c, name+":sem")
+	psem := mustPermitSemaphore(t, c, name+":psem")
+	if _, err := sem.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := psem.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	d.shut.Store(true)
+	proxy.CloseAll()
+	eventually(t, 5*time.Second, func() error { // a failed call shuts the gate
+		if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, ErrUnreachable) {
+			return fmt.Errorf("TryAcquire in an outage: %v", err)
+		}
+		if c.tr.Gate().Err() == nil {
+			return errors.New("the gate is open")
+		}
+		return nil
+	})
+	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got := make(chan error, 2)
+	go func() {
+		err := sem.Acquire(actx, 1)
+		if err == nil {
+			err = sem.Release(ctx, 1)
+		}
+		got <- err
+	}()
+	go func() {
+		p, err := psem.Acquire(actx)
+		if err == nil {
+			err = psem.Release(p)
+		}
+		got <- err
+	}()
+	for probes := d.n.Load() + 3; d.n.Load() < probes; { // the prober dials three more times
+		select {
+		case err := <-got:
+			t.Fatalf("Acquire returned while Redis could not be reached: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	d.shut.Store(false)
+	for range 2 {
+		if err := recv(t, got, 10*time.Second, "an Acquire once Redis was back"); err != nil {
+			t.Fatalf("Acquire once Redis was back: %v", err)
+		}
 	}
 }

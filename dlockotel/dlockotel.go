@@ -49,7 +49,7 @@ const (
 	MetricAcquisitions    = "dlock.lock.acquisitions"  // counter: successful Lock and TryLock calls; kind, reentrant
 	MetricFailures        = "dlock.lock.failures"      // counter: Lock and TryLock calls that did not get the lock; kind, outcome
 	MetricLost            = "dlock.lock.lost"          // counter: holds that ended without an Unlock; kind, cause
-	MetricHolds           = "dlock.lock.holds"         // up-down counter: holds (not counting re-entries) held now; kind
+	MetricHolds           = "dlock.lock.holds"         // up-down counter: holds (not counting re-entries; permits of a PermitSemaphore, not of a Semaphore, which have no holder) held now; kind
 	MetricWaiters         = "dlock.lock.waiters"       // up-down counter: Lock calls waiting now; kind
 	MetricRenewalDuration = "dlock.renewal.duration"   // histogram, s: watchdog renewal call latency; outcome
 	MetricRenewedLocks    = "dlock.renewal.locks"      // counter: holds renewed (or found lost) by the watchdog; outcome
@@ -300,7 +300,7 @@ func (in *Instrumentation) lockEnd(ctx context.Context, l dlock.LockInfo, e dloc
 		switch e.Outcome {
 		case dlock.OutcomeAcquired:
 			in.acquired.Add(bg, 1, in.attrs(l.Name, kind, AttrReentrant.Bool(e.Reentry)))
-			if !e.Reentry {
+			if !e.Reentry && l.Kind != dlock.KindSemaphore { // a Semaphore's permits have no holder
 				in.holds.Add(bg, 1, in.attrs(l.Name, kind))
 			}
 		case dlock.OutcomeOpened: // a latch's Await: a wait, no hold
@@ -341,7 +341,7 @@ func (in *Instrumentation) unlocked(ctx context.Context, l dlock.LockInfo, u dlo
 		if u.Held >= 0 { // negative: not known (a Semaphore's Release)
 			in.hold.Record(bg, u.Held.Seconds(), in.attrs(l.Name, kind, AttrReentrant.Bool(!u.Last), AttrOutcome.String(outcome)))
 		}
-		if u.Last {
+		if u.Last && l.Kind != dlock.KindSemaphore {
 			in.holds.Add(bg, -1, in.attrs(l.Name, kind))
 		}
 		if outcome == OutcomeNotHeld {

@@ -162,6 +162,25 @@ m "synchronizer ignores the reach gate" internal/transport/transport.go \
   'if err := t.gate.Err(); err != nil {' \
   'if err := t.gate.Err(); false && err != nil {' \
   . '^(TestSynchronizerUnreachableFailsAtOnce)$'
+# A script that must run at most once is not re-sent, but a failed dial
+# sent nothing: it shuts the gate and ends the tries, rather than dialling
+# again for the whole retry budget.
+# A waiting Acquire waits out an outage at the gate, as Lock does.
+m "sync: waiting Acquire fails at once in an outage" semaphore.go \
+  '		if s.c.outageOver(ctx, err) {' \
+  '		if false && s.c.outageOver(ctx, err) {' \
+  . '^(TestSynchronizerAcquireWaitsOutOutage)$'
+# Permit renewals are reported to observers as lock renewals are.
+m "observer: permit renewals not reported" renew.go \
+  '	c.observeRenewal(len(permits), start, alive, nil)' \
+  '	_ = alive' \
+  . '^(TestObserverPermitRenewal)$'
+m "transport: once-script dials on through an outage" internal/transport/transport.go \
+  '		if NotSent(err) {
+			if gerr' \
+  '		if NotSent(err) && false {
+			if gerr' \
+  . '^(TestSynchronizerUnreachableFailsAtOnce)$'
 # With WithReplicaSync a synchronizer's write waits for the replicas: an
 # acquire too few acknowledged is given back (a failover would grant the
 # permit twice).
@@ -524,6 +543,11 @@ m "otel: latch await counted as a failure" dlockotel/dlockotel.go \
   '		case "": // a latch' \
   ./dlockotel '^(TestCountDownLatch)$'
 # dlockotel records no hold duration that is not known (a Semaphore's).
+# A Semaphore's permits have no holder: the holds gauge leaves them out.
+m "otel: semaphore permits counted as holds" dlockotel/dlockotel.go \
+  'if !e.Reentry && l.Kind != dlock.KindSemaphore {' \
+  'if !e.Reentry {' \
+  ./dlockotel '^(TestSemaphore)$'
 m "otel: unknown hold time recorded" dlockotel/dlockotel.go \
   'if u.Held >= 0 {' \
   'if true {' \

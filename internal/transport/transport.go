@@ -128,7 +128,10 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 // batched: go-redis writes a pipeline again whole, and a pipeline holding
 // a command that must not be re-sent is not retried at all, which would
 // take go-redis's retries from the scripts batched with it. With chk set
-// and replica sync on, WAIT follows as in Run.
+// and replica sync on, WAIT follows as in Run. A dial that failed shuts
+// the reach gate (Gate.Saw) and ends the tries with an error wrapping
+// ErrUnreachable: an outage is waited out at the gate, not by dialling
+// again and again (each failed dial counts against go-redis's breaker).
 func (t *Transport) RunOnce(ctx context.Context, chk *Check, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	synced := chk != nil && t.replicas.enabled()
 	deadline := retryDeadline(ctx)
@@ -140,8 +143,14 @@ func (t *Transport) RunOnce(ctx context.Context, chk *Check, s *redis.Script, ke
 			cmd = t.evalOnce(ctx, s, keys, args)
 		}
 		err := cmd.Err()
-		if ctx.Err() == nil {
+		if !synced && ctx.Err() == nil { // runSynced reroutes itself
 			t.Reroute(ctx, err)
+		}
+		if NotSent(err) {
+			if gerr := t.gate.Saw(err); t.gate.Err() != nil {
+				cmd.SetErr(gerr)
+				return cmd
+			}
 		}
 		if !(Transient(err) || NotSent(err)) || !again(ctx, pause, deadline) {
 			if err != nil && !isReply(err) && !NotSent(err) && !errors.Is(err, ErrUnreachable) {
