@@ -48,7 +48,7 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 		case g.ok && time.Since(g.start) >= validity(h.kind, req.lease):
 			grace(h.giveBack(req)) // handed over too late to be worth anything: try again
 		case g.ok: // handed over by a release of this Client
-			lockCtx, err := h.c.register(ctx, h, req, g.token, g.start)
+			lockCtx, err := h.register(ctx, req, g.token, g.start)
 			if err != nil {
 				grace(h.giveBack(req))
 			}
@@ -72,7 +72,7 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 	if req.fresh {
 		return req, nil
 	}
-	if hd := h.c.held(h, owner); hd != nil && (hd.lease != req.lease || hd.watchdog == h.cfg.hasLease) {
+	if hd := h.c.holds.held(h.holdKey(owner)); hd != nil && (hd.lease != req.lease || hd.watchdog == h.cfg.hasLease) {
 		return req, fmt.Errorf("%w: %q: re-entered with a lease (%v, watchdog %v) other than the one it is held with (%v, watchdog %v)",
 			ErrInvalidOption, h.name, req.lease, !h.cfg.hasLease, hd.lease, hd.watchdog)
 	}
@@ -96,7 +96,7 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 func (w *waiter) attempt(ctx context.Context, first bool) (context.Context, attemptResult, error) {
 	h, req := w.h, w.req
 	if first && w.hands {
-		switch d, how := h.c.busyHere(h, req.owner); how {
+		switch d, how := h.busyHere(req.owner); how {
 		case heldHere:
 			return nil, attemptResult{ttl: max(d, time.Millisecond)}, nil
 		case waitedHere:
@@ -141,7 +141,7 @@ func (h *handle) settle(ctx context.Context, req request, hd *hold, start time.T
 	case res.lost:
 		// The hold this re-entry was for is gone: the outer holds were
 		// lost, whether or not another owner came in between.
-		h.c.lose(hd, fmt.Errorf("%w: %q: gone when re-entered", ErrLockLost, h.name))
+		hd.lose(fmt.Errorf("%w: %q: gone when re-entered", ErrLockLost, h.name))
 		return nil, res, fmt.Errorf("%w: %q: %w: the hold it re-enters is gone", ErrNotObtained, h.name, ErrLockLost)
 	case res.acquired && time.Since(start) >= validity(h.kind, req.lease):
 		// The answer came after the lease it set had run out on our
@@ -150,7 +150,7 @@ func (h *handle) settle(ctx context.Context, req request, hd *hold, start time.T
 		grace(h.giveBack(req))
 		return nil, attemptResult{reason: errLateReply}, nil
 	case res.acquired:
-		lockCtx, err := h.c.register(ctx, h, req, res.token, start)
+		lockCtx, err := h.register(ctx, req, res.token, start)
 		if err != nil {
 			grace(h.giveBack(req))
 		}
@@ -168,18 +168,14 @@ func (h *handle) settle(ctx context.Context, req request, hd *hold, start time.T
 // fresh owner has neither.
 func (h *handle) enter(ctx context.Context, req *request) (*hold, error) {
 	for !req.fresh {
-		hd := h.c.held(h, req.owner)
+		hd := h.c.holds.held(h.holdKey(req.owner))
 		if hd == nil {
-			return nil, h.c.awaitIdle(ctx, h.holdKey(req.owner))
+			return nil, h.c.work.awaitIdle(ctx, h.holdKey(req.owner))
 		}
 		if err := hd.lockOp(ctx); err != nil {
 			return nil, err
 		}
-		h.c.mu.Lock()
-		ok := h.c.registered(hd)
-		token := hd.token
-		h.c.mu.Unlock()
-		if ok {
+		if token, ok := h.c.holds.latest(hd); ok {
 			req.reentry, req.token = true, token
 			return hd, nil
 		}
@@ -210,7 +206,7 @@ func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 		err = fmt.Errorf("%w: %w", err, cause) // an ended lock context: ErrUnlocked, ErrLockLost
 	}
-	if _, how := h.c.busyHere(h, req.owner); how == heldHere {
+	if _, how := h.busyHere(req.owner); how == heldHere {
 		last = errHeldHere
 	}
 	if last != nil {

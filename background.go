@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/transport"
@@ -22,53 +23,65 @@ const cleanupTimeout = 5 * time.Second
 // answers, short enough to keep deadlines true on one that does not.
 const cleanupGrace = 25 * time.Millisecond
 
+// backgroundWork counts the background operations under way per owner's
+// hold, so that an acquisition by the same owner of the same lock can wait
+// for them (awaitIdle). Its mutex guards the counts; it calls nothing
+// under it. The zero value has no work under way.
+type backgroundWork struct {
+	mu   sync.Mutex
+	busy map[holdKey]*busy
+}
+
 // busy counts the background operations on one owner's hold of one lock.
 type busy struct {
 	n    int
 	idle chan struct{} // closed when n drops to 0; made by the first awaitIdle
 }
 
-// background runs f on its own goroutine. Each request f makes is bounded
+// run runs f on its own goroutine. Each request f makes is bounded
 // by cleanupTimeout, and f runs to its end even after Close (the Redis
 // client may still work). Until f returns, the owner's hold k is busy: an acquisition by
 // the same owner of the same lock waits for it (awaitIdle), so that a
 // give-back or release still on its way cannot delete a newer hold. The
 // returned channel is closed when f has returned.
-func (c *Client) background(k holdKey, f func(ctx context.Context)) <-chan struct{} {
-	c.mu.Lock()
-	b := c.addBusy(k)
-	c.mu.Unlock()
-	return c.spawn(k, b, f)
+func (w *backgroundWork) run(k holdKey, f func(ctx context.Context)) <-chan struct{} {
+	return w.spawn(k, w.add(k), f)
 }
 
-// addBusy counts one more background operation on k, for spawn to run.
-// c.mu must be held.
-func (c *Client) addBusy(k holdKey) *busy {
-	b := c.busy[k]
+// add counts one more background operation on k, for spawn to run or
+// end to take back.
+func (w *backgroundWork) add(k holdKey) *busy {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b := w.busy[k]
 	if b == nil {
+		if w.busy == nil {
+			w.busy = map[holdKey]*busy{}
+		}
 		b = &busy{}
-		c.busy[k] = b
+		w.busy[k] = b
 	}
 	b.n++
 	return b
 }
 
-// spawn runs f for the operation that addBusy counted in b.
-func (c *Client) spawn(k holdKey, b *busy, f func(ctx context.Context)) <-chan struct{} {
+// spawn runs f for the operation that add counted in b.
+func (w *backgroundWork) spawn(k holdKey, b *busy, f func(ctx context.Context)) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer c.endBusy(k, b)
+		defer w.end(k, b)
 		f(context.Background())
 	}()
 	return done
 }
 
-func (c *Client) endBusy(k holdKey, b *busy) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// end takes back the operation that add counted in b: it is over.
+func (w *backgroundWork) end(k holdKey, b *busy) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if b.n--; b.n == 0 {
-		delete(c.busy, k)
+		delete(w.busy, k)
 		if b.idle != nil {
 			close(b.idle)
 		}
@@ -77,18 +90,18 @@ func (c *Client) endBusy(k holdKey, b *busy) {
 
 // awaitIdle waits until no background operation is under way on the
 // owner's hold k, or until ctx ends.
-func (c *Client) awaitIdle(ctx context.Context, k holdKey) error {
-	c.mu.Lock()
-	b := c.busy[k]
+func (w *backgroundWork) awaitIdle(ctx context.Context, k holdKey) error {
+	w.mu.Lock()
+	b := w.busy[k]
 	if b == nil {
-		c.mu.Unlock()
+		w.mu.Unlock()
 		return nil
 	}
 	if b.idle == nil {
 		b.idle = make(chan struct{})
 	}
 	idle := b.idle
-	c.mu.Unlock()
+	w.mu.Unlock()
 	select {
 	case <-idle:
 		return nil
@@ -120,7 +133,7 @@ func (h *handle) giveBack(req request) <-chan struct{} {
 	// that may pass is sent again, as a release is (retryRelease), until
 	// that lease has run out, or the lock would stay taken for a lease.
 	until := time.Now().Add(validity(h.kind, req.lease))
-	return h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
+	return h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
 		send := func(ctx context.Context) error {
 			_, err := h.kind.release(ctx, req)
 			return err
@@ -148,7 +161,7 @@ func (h *handle) leave(req request) {
 	if !ok || !req.wait {
 		return
 	}
-	grace(h.c.background(h.holdKey(req.owner), func(ctx context.Context) {
+	grace(h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 		defer cancel()
 		if err := a.leave(ctx, req); err != nil {

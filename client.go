@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,14 +49,12 @@ type Client struct {
 	// caller (acquire.go).
 	runners runners
 
-	mu     sync.Mutex
-	holds  map[holdKey]*hold
-	done   chan struct{}      // closed by Close
-	busy   map[holdKey]*busy  // background operations per owner's hold
-	queues map[lockKey]*queue // per lock, waiters a release can hand it to
-	// holders maps a lock to one of this Client's holds on it.
-	holders map[lockKey]*hold
-	closed  bool
+	holds  registry       // the holds of the Client's owners (hold.go)
+	work   backgroundWork // background operations per owner's hold (background.go)
+	queues handoffQueues  // per lock, waiters a release can hand it to (handoff.go)
+
+	closed atomic.Bool   // set by Close, before done is closed
+	done   chan struct{} // closed by Close
 
 	record *clientRecord // who this Client is, for dlock status (clientinfo.go)
 }
@@ -115,16 +112,13 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		id:      id,
 		cfg:     cfg,
 		cluster: isCluster(rdb),
-		holds:   map[holdKey]*hold{},
-		busy:    map[holdKey]*busy{},
 		done:    make(chan struct{}),
-		queues:  map[lockKey]*queue{},
-		holders: map[lockKey]*hold{},
 	}
 	c.deadlines = honoursDeadlines(rdb)
 	c.tr = transport.New(rdb, transport.Config{Replicas: cfg.replicas.replicas, ReplicaTimeout: cfg.replicas.timeout, Deadlines: c.deadlines})
 	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
+	c.queues.past = pastBound(c.cluster, c.publish)
 	c.hub.OnReconnect = c.observeReconnect
 	c.hub.OnError = func(err error) {
 		c.cfg.logger.Warn("dlock: subscription refused; waiters wake at the lock's TTL instead", "error", err)
@@ -150,16 +144,11 @@ func (c *Client) ID() string { return c.id }
 // lock contexts are cancelled with cause ErrClosed. Waiting Lock calls
 // return ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.closed = true
 	close(c.done)
-	holds := c.holds
-	c.holds = map[holdKey]*hold{}
-	c.mu.Unlock()
+	holds := c.holds.close() // a Lock that registers later finds it closed
 
 	c.watchdog.Close()
 	c.runners.close()
@@ -177,11 +166,7 @@ func (c *Client) Close() error {
 	return err
 }
 
-func (c *Client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *Client) isClosed() bool { return c.closed.Load() }
 
 // newOwner returns an owner name no other acquisition anywhere uses.
 func (c *Client) newOwner() string {

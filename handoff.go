@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -29,8 +30,21 @@ type handoffer interface {
 	releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error)
 }
 
+// handoffQueues are the queues of a Client's locks: per lock, its waiters
+// in this Client that a release can hand it to. Its mutex guards the
+// queues and the fields of their places that say so; it calls nothing
+// under it. The zero value has no queues; past must be set before use.
+type handoffQueues struct {
+	// past says when a release may hand a lock over once it has been
+	// handed handoffBound times in a row (pastBound).
+	past string
+
+	mu sync.Mutex
+	m  map[lockKey]*queue
+}
+
 // queue is one lock's waiters in this Client that a release can hand the
-// lock to, in the order they started waiting. Guarded by the Client's
+// lock to, in the order they started waiting. Guarded by the queues'
 // mutex.
 type queue struct {
 	places   []*place
@@ -39,7 +53,8 @@ type queue struct {
 
 // place is a waiting Lock's place in its lock's queue. While the Lock
 // sleeps the place is queued; a release that picks it marks it chosen and
-// sends the outcome on grant.
+// sends the outcome on grant. queued, chosen and subscribed are guarded by
+// the queues' mutex.
 type place struct {
 	req        request
 	ticket     uint64 // the queue's order
@@ -90,101 +105,133 @@ const (
 
 // busyHere tells whether this Client is busy with h's lock already, for a
 // Lock by owner, and how long that Lock should sleep at most: the local
-// holder's lease, or pollNoExpiry behind subscribed waiters.
-func (c *Client) busyHere(h *handle, owner string) (time.Duration, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if hd := c.holders[h.queueKey()]; hd != nil && hd.owner != owner {
-		return time.Until(hd.until), heldHere
+// holder's lease, or pollNoExpiry behind subscribed waiters. It reads the
+// registry and then the queues, each under its own lock: the answer may
+// mix two moments, which costs nothing, since each answer only chooses
+// the first sleep. A holder found is there at the first moment; waiters
+// found are queued and subscribed at the second, ahead of this Lock, and a
+// release reaches it through them whether or not a holder came meanwhile.
+func (h *handle) busyHere(owner string) (time.Duration, int) {
+	if d, ok := h.c.holds.heldByOther(h.queueKey(), owner); ok {
+		return d, heldHere
 	}
-	if q := c.queues[h.queueKey()]; q != nil && slices.ContainsFunc(q.places, func(p *place) bool { return p.subscribed }) {
+	if h.c.queues.waited(h.queueKey()) {
 		return pollNoExpiry, waitedHere
 	}
 	return 0, notHere
 }
 
-// enqueue puts p into h's queue for the time its Lock sleeps.
-func (c *Client) enqueue(h *handle, p *place) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	q := c.queues[h.queueKey()]
-	if q == nil {
-		q = &queue{}
-		c.queues[h.queueKey()] = q
-	}
+// waited reports whether Locks of this Client wait for lock qk, subscribed.
+func (qs *handoffQueues) waited(qk lockKey) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.m[qk]
+	return q != nil && slices.ContainsFunc(q.places, func(p *place) bool { return p.subscribed })
+}
+
+// enqueue puts p into lock qk's queue for the time its Lock sleeps.
+func (qs *handoffQueues) enqueue(qk lockKey, p *place) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.queue(qk)
 	i, _ := slices.BinarySearchFunc(q.places, p.ticket, func(a *place, t uint64) int { return cmp.Compare(a.ticket, t) })
 	q.places = slices.Insert(q.places, i, p)
 	p.queued = true
 }
 
-// dequeue takes p out of h's queue when its Lock wakes. It reports whether
-// a release chose p and has not told its outcome yet: it then comes on
-// p.grant. (An outcome already told is waiting there.)
-func (c *Client) dequeue(h *handle, p *place) (pending bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// queue returns lock qk's queue, made if need be. qs.mu must be held.
+func (qs *handoffQueues) queue(qk lockKey) *queue {
+	q := qs.m[qk]
+	if q == nil {
+		if qs.m == nil {
+			qs.m = map[lockKey]*queue{}
+		}
+		q = &queue{}
+		qs.m[qk] = q
+	}
+	return q
+}
+
+// subscribed marks p's Lock as subscribed: its subscription was confirmed.
+func (qs *handoffQueues) subscribed(p *place) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	p.subscribed = true
+}
+
+// dequeue takes p out of lock qk's queue when its Lock wakes. It reports
+// whether a release chose p and has not told its outcome yet: it then
+// comes on p.grant. (An outcome already told is waiting there.)
+func (qs *handoffQueues) dequeue(qk lockKey, p *place) (pending bool) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	if p.queued {
-		c.unqueue(h.queueKey(), p)
+		qs.unqueue(qk, p)
 	}
 	return p.chosen
 }
 
-// unqueue removes p from the queue at key. c.mu must be held.
-func (c *Client) unqueue(key lockKey, p *place) {
-	q := c.queues[key]
+// unqueue removes p from the queue at key. qs.mu must be held.
+func (qs *handoffQueues) unqueue(key lockKey, p *place) {
+	q := qs.m[key]
 	q.places = slices.DeleteFunc(q.places, func(a *place) bool { return a == p })
 	p.queued = false
 	if len(q.places) == 0 && q.handoffs == 0 {
-		delete(c.queues, key)
+		delete(qs.m, key)
 	}
 }
 
-// nextWaiter picks the first waiter of h's queue for a hand-over and says
+// next picks the first waiter of lock qk's queue for a hand-over and says
 // when the script may hand the lock to it: always within the bound, and
-// after that only if no other process waits. It returns nil when nobody
-// in this Client waits.
-func (c *Client) nextWaiter(h *handle) (*place, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	q := c.queues[h.queueKey()]
+// after that only if no other process waits (past). It returns nil when
+// nobody in this Client waits.
+func (qs *handoffQueues) next(qk lockKey) (*place, string) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.m[qk]
 	if q == nil || len(q.places) == 0 {
 		if q != nil {
-			delete(c.queues, h.queueKey())
+			delete(qs.m, qk)
 		}
 		return nil, ""
 	}
 	p := q.places[0]
-	c.unqueue(h.queueKey(), p)
+	qs.unqueue(qk, p)
 	p.chosen = true
-	switch {
-	case q.handoffs < handoffBound:
+	if q.handoffs < handoffBound {
 		return p, "always"
-	case !c.cluster:
-		return p, "numsub"
-	case c.publish == "spublish":
-		return p, "shardnumsub"
 	}
-	return p, "never" // classic pub/sub on a cluster: subscribers on other nodes are not counted
+	return p, qs.past
+}
+
+// pastBound is when a release may hand a lock over past handoffBound: if
+// PUBSUB NUMSUB (SHARDNUMSUB with sharded pub/sub on a cluster) counts no
+// other subscriber; never with classic pub/sub on a cluster, whose
+// subscribers on other nodes are not counted.
+func pastBound(cluster bool, publish string) string {
+	switch {
+	case !cluster:
+		return "numsub"
+	case publish == "spublish":
+		return "shardnumsub"
+	}
+	return "never"
 }
 
 // handedOver records the outcome of a hand-over to p and tells its Lock.
-// The grant goes out with c.mu held, together with chosen: a Lock that
+// The grant goes out with qs.mu held, together with chosen: a Lock that
 // wakes in between must find one or the other (dequeue).
-func (c *Client) handedOver(h *handle, p *place, g grant) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (qs *handoffQueues) handedOver(qk lockKey, p *place, g grant) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	p.chosen = false
 	p.grant <- g // buffered, and sent once per choice: never blocks
-	if q := c.queues[h.queueKey()]; g.ok {
-		if q == nil {
-			q = &queue{}
-			c.queues[h.queueKey()] = q
-		}
-		q.handoffs++
+	if q := qs.m[qk]; g.ok {
+		qs.queue(qk).handoffs++
 	} else if q != nil {
 		q.handoffs = 0
 		if len(q.places) == 0 {
-			delete(c.queues, h.queueKey())
+			delete(qs.m, qk)
 		}
 	}
 }

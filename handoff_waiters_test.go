@@ -26,10 +26,10 @@ func awaitQueued(t *testing.T, m *Mutex, n int) []string {
 	var owners []string
 	eventually(t, 10*time.Second, func() error {
 		c := m.c
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.queues.mu.Lock()
+		defer c.queues.mu.Unlock()
 		owners = owners[:0]
-		if q := c.queues[m.queueKey()]; q != nil {
+		if q := c.queues.m[m.queueKey()]; q != nil {
 			for _, p := range q.places {
 				if !p.queued || !p.subscribed {
 					return fmt.Errorf("a place of %s is not queued and subscribed yet", p.req.owner)
@@ -110,14 +110,14 @@ func TestCancelledWaiterLeavesQueue(t *testing.T) {
 			if live {
 				want = 1
 			}
-			c.mu.Lock()
+			c.queues.mu.Lock()
 			var left []string
-			if q := c.queues[m.queueKey()]; q != nil {
+			if q := c.queues.m[m.queueKey()]; q != nil {
 				for _, p := range q.places {
 					left = append(left, p.req.owner)
 				}
 			}
-			c.mu.Unlock()
+			c.queues.mu.Unlock()
 			if slices.Contains(left, dead) || len(left) != want {
 				t.Fatalf("queue after the cancelled Lock returned: %v; want %d place(s), without its owner %s", left, want, dead)
 			}

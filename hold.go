@@ -5,8 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
+
+// The holds of a Client's owners, and the registry that records them: what
+// Lock registers, Unlock drops, the watchdog renews and a loss ends. Redis
+// has the truth of every hold; the registry has what the Client needs to
+// answer without asking it (a re-entry, a hold count, a local deadline)
+// and the lock contexts to end when a hold goes.
 
 // lockKey names a lock of a Client: its key and role (the halves of a
 // read-write lock share a key).
@@ -21,7 +28,7 @@ type holdKey struct {
 // marks the hold with the owner's field; the Client counts its
 // acquisitions (one per successful Lock not yet matched by an Unlock) and
 // keeps the local deadline by which the lease must have been confirmed
-// again. Fields other than op are guarded by the Client's mutex.
+// again. Fields other than op are guarded by the registry's mutex.
 type hold struct {
 	c        *Client
 	kind     kind
@@ -54,7 +61,7 @@ func (hd *hold) lockOp(ctx context.Context) error {
 func (hd *hold) unlockOp() { <-hd.op }
 
 // acquisition is one successful Lock: its lock context and fencing token.
-// unlocked is guarded by the Client's mutex.
+// unlocked is guarded by the registry's mutex.
 type acquisition struct {
 	hold     *hold
 	cancel   context.CancelCauseFunc
@@ -91,38 +98,17 @@ func Token(ctx context.Context) (token int64, ok bool) {
 // and returns its lock context. The lease is counted from start, before
 // the command was sent, so the local deadline is never later than Redis's.
 // It fails only when the Client was closed meanwhile.
-func (c *Client) register(ctx context.Context, h *handle, req request, token int64, start time.Time) (context.Context, error) {
+func (h *handle) register(ctx context.Context, req request, token int64, start time.Time) (context.Context, error) {
 	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	lockCtx := &lockContext{Context: cctx, c: c, owner: req.owner, acqKey: h.acqKey}
+	acq, err := h.c.holds.add(h, req, token, start, cancel)
+	if err != nil {
+		cancel(err)
+		return nil, err
+	}
+	lockCtx := &lockContext{Context: cctx, c: h.c, owner: req.owner, acqKey: h.acqKey, acq: acq}
 	if req.fence {
 		lockCtx.token = token
 	}
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		cancel(ErrClosed)
-		return nil, ErrClosed
-	}
-	k := holdKey{h.kind.key(), h.kind.field(req.owner)}
-	hd := c.holds[k]
-	if hd == nil {
-		hd = &hold{c: c, kind: h.kind, owner: req.owner, lease: req.lease, valid: validity(h.kind, req.lease),
-			watchdog: !h.cfg.hasLease, op: make(chan struct{}, 1)}
-		hd.until = start.Add(hd.valid)
-		hd.expiry = time.AfterFunc(time.Until(hd.until), func() {
-			c.lose(hd, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, hd.lease))
-		})
-		c.holds[k] = hd
-		c.holders[h.queueKey()] = hd
-		c.watchdog.Add(hd) // renews a watched hold, checks a fixed lease
-	} else {
-		hd.extend(start) // a re-entry set the lease again
-	}
-	hd.token = max(hd.token, token)
-	acq := &acquisition{hold: hd, cancel: cancel, token: token}
-	hd.acqs = append(hd.acqs, acq)
-	lockCtx.acq = acq
 	return lockCtx, nil
 }
 
@@ -158,8 +144,64 @@ func (l *lockContext) Value(key any) any {
 	return l.Context.Value(key)
 }
 
+// registry is the Client's record of its holds, and the lock that guards
+// them: per owner's hold on a lock, the hold; per lock, one of this
+// Client's holds on it (for busyHere); whether the Client was closed
+// (add refuses then). Its mutex guards the maps and the fields of each
+// hold and acquisition that say so; under it the registry calls out only
+// to the lease keeper (Add, Remove), so that a hold is kept exactly while
+// it is registered. The zero value is an empty registry.
+type registry struct {
+	mu      sync.Mutex
+	holds   map[holdKey]*hold
+	holders map[lockKey]*hold
+	closed  bool
+}
+
+// add records an acquisition of h's lock by req.owner, sent at start,
+// with its token and its lock context's cancel: in a new hold, which the
+// lease keeper keeps from now on, or in the owner's hold (a re-entry,
+// which set the lease again). It fails with ErrClosed once close was
+// called.
+func (r *registry) add(h *handle, req request, token int64, start time.Time, cancel context.CancelCauseFunc) (*acquisition, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	k := h.holdKey(req.owner)
+	hd := r.holds[k]
+	if hd == nil {
+		hd = newHold(h, req, start)
+		if r.holds == nil {
+			r.holds, r.holders = map[holdKey]*hold{}, map[lockKey]*hold{}
+		}
+		r.holds[k] = hd
+		r.holders[h.queueKey()] = hd
+		h.c.watchdog.Add(hd) // renews a watched hold, checks a fixed lease
+	} else {
+		hd.extend(start) // a re-entry set the lease again
+	}
+	hd.token = max(hd.token, token)
+	acq := &acquisition{hold: hd, cancel: cancel, token: token}
+	hd.acqs = append(hd.acqs, acq)
+	return acq, nil
+}
+
+// newHold returns req.owner's hold on h's lock, taken by a request sent at
+// start, with its local deadline and the timer that loses it then.
+func newHold(h *handle, req request, start time.Time) *hold {
+	hd := &hold{c: h.c, kind: h.kind, owner: req.owner, lease: req.lease, valid: validity(h.kind, req.lease),
+		watchdog: !h.cfg.hasLease, op: make(chan struct{}, 1)}
+	hd.until = start.Add(hd.valid)
+	hd.expiry = time.AfterFunc(time.Until(hd.until), func() {
+		hd.lose(fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, hd.lease))
+	})
+	return hd
+}
+
 // extend moves the hold's local deadline after a request sent at start set
-// its lease again. c.mu must be held.
+// its lease again. The registry's mutex must be held.
 func (hd *hold) extend(start time.Time) {
 	if until := start.Add(hd.valid); until.After(hd.until) {
 		hd.until = until
@@ -167,52 +209,100 @@ func (hd *hold) extend(start time.Time) {
 	}
 }
 
-// held returns the hold owner has on h's lock, if any.
-func (c *Client) held(h *handle, owner string) *hold {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.holds[holdKey{h.kind.key(), h.kind.field(owner)}]
+// held returns the hold k, if the Client has it.
+func (r *registry) held(k holdKey) *hold {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holds[k]
 }
 
-// holdCount is the hold count to report for the owner's hold k when Redis
+// count is the hold count to report for the owner's hold k when Redis
 // counts n: the Client's count of its acquisitions, if it has the hold.
-func (c *Client) holdCount(k holdKey, n int) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if hd := c.holds[k]; hd != nil && len(hd.acqs) > 0 {
+func (r *registry) count(k holdKey, n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if hd := r.holds[k]; hd != nil && len(hd.acqs) > 0 {
 		return len(hd.acqs)
 	}
 	return n
 }
 
-// registered reports whether hd is still the Client's record of its hold.
-// c.mu must be held.
-func (c *Client) registered(hd *hold) bool { return c.holds[hd.holdKey()] == hd }
+// heldByOther reports whether another owner than owner holds lock qk
+// through this Client, and how long that hold's lease has left.
+func (r *registry) heldByOther(qk lockKey, owner string) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if hd := r.holders[qk]; hd != nil && hd.owner != owner {
+		return time.Until(hd.until), true
+	}
+	return 0, false
+}
 
-// dropAcquisition takes acq out of its hold for Unlock, with hd.op held. When it
-// was the hold's last acquisition, the hold leaves the registry, the
-// watchdog and its timer before its release is sent (which is what keeps
-// renewal from outliving the lock, Redisson #7272), and dropAcquisition returns the
-// busy mark under which the release must run (spawn), so that a new
-// acquisition by the owner waits for it. The error is
-// errReleased or errLost when there is nothing to release.
-func (c *Client) dropAcquisition(acq *acquisition) (release *busy, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// registered reports whether hd is still the Client's record of its hold.
+func (r *registry) registered(hd *hold) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current(hd)
+}
+
+// current is registered with r.mu held.
+func (r *registry) current(hd *hold) bool { return r.holds[hd.holdKey()] == hd }
+
+// latest returns hd's latest fencing token, for a re-entry; ok is false
+// when hd was released or lost.
+func (r *registry) latest(hd *hold) (token int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return hd.token, r.current(hd)
+}
+
+// holding reports whether acq still stands for a hold: not unlocked, and
+// its hold not released or lost.
+func (r *registry) holding(acq *acquisition) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !acq.unlocked && r.current(acq.hold)
+}
+
+// reentered reports whether acq is a re-entry: not its hold's first
+// acquisition still counted.
+func (r *registry) reentered(acq *acquisition) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(acq.hold.acqs) > 0 && acq.hold.acqs[0] != acq
+}
+
+// deadline returns hd's local deadline.
+func (r *registry) deadline(hd *hold) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return hd.until
+}
+
+// dropAcquisition takes acq out of its hold for Unlock, with hd.op held.
+// When it was the hold's last acquisition (last), the hold leaves the
+// registry, the lease keeper and its timer before its release is sent
+// (which is what keeps renewal from outliving the lock, Redisson #7272).
+// The error is errReleased or errLost when there is nothing to release.
+// The busy mark under which the release runs is the caller's
+// (handle.dropAcquisition).
+func (r *registry) dropAcquisition(acq *acquisition) (last bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	hd := acq.hold
 	if acq.unlocked {
-		return nil, errReleased
+		return false, errReleased
 	}
 	acq.unlocked = true
-	if !c.registered(hd) {
-		return nil, errLost
+	if !r.current(hd) {
+		return false, errLost
 	}
 	hd.acqs = slices.DeleteFunc(hd.acqs, func(a *acquisition) bool { return a == acq })
 	if len(hd.acqs) > 0 {
-		return nil, nil
+		return false, nil
 	}
-	c.drop(hd)
-	return c.addBusy(hd.holdKey()), nil
+	r.drop(hd)
+	return true, nil
 }
 
 // Why dropAcquisition refuses.
@@ -224,16 +314,12 @@ var (
 // lose ends a hold whose lock is gone and tells its holder: every lock
 // context of the hold is cancelled with cause err. A hold that was already
 // released or replaced is left alone.
-func (c *Client) lose(hd *hold, err error) {
-	c.mu.Lock()
-	if !c.registered(hd) {
-		c.mu.Unlock()
+func (hd *hold) lose(err error) {
+	c := hd.c
+	acqs, ok := c.holds.take(hd)
+	if !ok {
 		return
 	}
-	c.drop(hd)
-	acqs := hd.acqs
-	hd.acqs = nil
-	c.mu.Unlock()
 	c.cfg.logger.Warn("dlock: lock lost", "lock", hd.kind.key(), "owner", hd.owner, "error", err)
 	c.observeLost(hd, acqs, err)
 	for _, a := range acqs {
@@ -241,33 +327,57 @@ func (c *Client) lose(hd *hold, err error) {
 	}
 }
 
-// drop removes a hold from the registry, the watchdog and its timer.
-// c.mu must be held.
-func (c *Client) drop(hd *hold) {
-	delete(c.holds, hd.holdKey())
-	if qk := (lockKey{hd.kind.key(), hd.kind.role()}); c.holders[qk] == hd {
-		delete(c.holders, qk)
+// take drops hd, unless it was released or replaced already (ok false),
+// and returns its acquisitions, for lose.
+func (r *registry) take(hd *hold) (acqs []*acquisition, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.current(hd) {
+		return nil, false
+	}
+	r.drop(hd)
+	acqs, hd.acqs = hd.acqs, nil
+	return acqs, true
+}
+
+// drop removes a hold from the registry, the lease keeper and its timer.
+// r.mu must be held.
+func (r *registry) drop(hd *hold) {
+	delete(r.holds, hd.holdKey())
+	if qk := (lockKey{hd.kind.key(), hd.kind.role()}); r.holders[qk] == hd {
+		delete(r.holders, qk)
 	}
 	hd.expiry.Stop()
-	c.watchdog.Remove(hd)
+	hd.c.watchdog.Remove(hd)
 }
 
 // renewed moves a hold's local deadline after a renewal sent at start.
-func (c *Client) renewed(hd *hold, start time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.registered(hd) {
+func (r *registry) renewed(hd *hold, start time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current(hd) {
 		hd.extend(start)
 	}
 }
 
 // extended sets a hold's local deadline to valid after start, when Extend
 // set its lease at start.
-func (c *Client) extended(hd *hold, start time.Time, valid time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.registered(hd) {
+func (r *registry) extended(hd *hold, start time.Time, valid time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current(hd) {
 		hd.until = start.Add(valid)
 		hd.expiry.Reset(time.Until(hd.until))
 	}
+}
+
+// close refuses every later add and returns the holds registered until
+// now, which leave the registry: Close ends them.
+func (r *registry) close() map[holdKey]*hold {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	holds := r.holds
+	r.holds, r.holders = nil, nil
+	return holds
 }

@@ -136,7 +136,7 @@ func (h *handle) HoldCount(ctx context.Context) (int, error) {
 	case err != nil:
 		return 0, fmt.Errorf("dlock: hold count %q: %w", h.name, err)
 	}
-	return h.c.holdCount(h.holdKey(owner), n), nil
+	return h.c.holds.count(h.holdKey(owner), n), nil
 }
 
 // TTL returns how long the lock's current lease has left, or 0 when nobody
@@ -175,10 +175,7 @@ func (h *handle) Extend(ctx context.Context, lease time.Duration) error {
 	if hd.watchdog {
 		return fmt.Errorf("%w: %q: the watchdog renews this hold; Extend is for holds with a fixed lease", ErrInvalidOption, h.name)
 	}
-	h.c.mu.Lock()
-	live := h.c.registered(hd) && !acq.unlocked
-	h.c.mu.Unlock()
-	if !live {
+	if !h.c.holds.holding(acq) {
 		return fmt.Errorf("%w: %q: the hold was released or lost", ErrNotHeld, h.name)
 	}
 	start := time.Now()
@@ -187,9 +184,9 @@ func (h *handle) Extend(ctx context.Context, lease time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("dlock: extend %q: %w", h.name, err)
 	case !alive[0]:
-		h.c.lose(hd, fmt.Errorf("%w: %q: gone when extended", ErrLockLost, h.name))
+		hd.lose(fmt.Errorf("%w: %q: gone when extended", ErrLockLost, h.name))
 		return fmt.Errorf("%w: %q: Redis no longer had it", ErrNotHeld, h.name)
 	}
-	h.c.extended(hd, start, validity(hd.kind, lease))
+	h.c.holds.extended(hd, start, validity(hd.kind, lease))
 	return nil
 }

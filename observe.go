@@ -359,9 +359,7 @@ func (c *Client) reentered(held any) bool {
 	if !ok {
 		return false
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(acq.hold.acqs) > 0 && acq.hold.acqs[0] != acq
+	return c.holds.reentered(acq)
 }
 
 // outcome classifies a Lock's error.
@@ -391,9 +389,7 @@ func (c *Client) observeUnlock(ctx context.Context, h *handle, acq *acquisition,
 	if !ok || errors.Is(*err, errReleased) || errors.Is(*err, errLost) {
 		return
 	}
-	c.mu.Lock()
-	last := !c.registered(acq.hold)
-	c.mu.Unlock()
+	last := !c.holds.registered(acq.hold)
 	u := UnlockInfo{Held: held, Last: last, Err: *err}
 	c.unlocked(ctx, LockInfo{Name: h.name, Kind: h.kind.label()}, u)
 }
@@ -451,12 +447,10 @@ func (c *Client) observeLost(hd *hold, acqs []*acquisition, err error) {
 	if !c.observing() {
 		return
 	}
-	c.mu.Lock()
 	cause := LostRejected
-	if !time.Now().Before(hd.until) {
+	if !time.Now().Before(c.holds.deadline(hd)) {
 		cause = LostExpired
 	}
-	c.mu.Unlock()
 	c.lost(hd, acqs, cause, err)
 }
 

@@ -82,6 +82,47 @@ func TestReleaseOutlivesOutage(t *testing.T) {
 	endOutage(t, &g, admin, name, "released") // retries fail meanwhile
 }
 
+// TestSameOwnerWaitsForRetriedRelease: while the last Unlock's release is
+// retried in the background (Redis cannot be reached), the owner's hold
+// is busy, and a Lock by the same owner (through an outer lock context)
+// waits for that release to end instead of trying: a lock it took would
+// be deleted by the release still on its way. Once Redis is back and the
+// release through, the owner takes the lock again.
+func TestSameOwnerWaitsForRetriedRelease(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	name := lockName(t)
+	admin := newRedis(t)
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var g dialGate
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: g.dial, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	om := mustMutex(t, c, name+":outer")
+	outer := mustLock(t, ctx, om) // its owner is the inner lock's
+	m := mustMutex(t, c, name)
+	l := mustLock(t, outer, m)
+
+	g.shut.Store(true)
+	proxy.CloseAll()
+	if err := m.Unlock(l); err == nil || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Unlock while Redis cannot be reached: %v, want a connection error", err)
+	}
+	tctx, cancel := context.WithTimeout(outer, 300*time.Millisecond)
+	_, err := m.TryLock(tctx)
+	cancel()
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock by the same owner while its release is retried: %v, want ErrNotObtained wrapping DeadlineExceeded (it waits for the release)", err)
+	}
+	endOutage(t, &g, admin, name, "released")
+	l2 := mustLock(t, outer, m)
+	if err := m.Unlock(l2); err != nil {
+		t.Fatal(err)
+	}
+	if err := om.Unlock(outer); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // endOutage lets an outage of 300 ms pass, opens the dial gate and waits
 // for the lock name to be freed by what dlock sends again (what: how,
 // for the log).

@@ -416,7 +416,7 @@ func (l *RedLock) HoldCount(ctx context.Context) (int, error) {
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	return l.c.holdCount(l.holdKey(owner), int(n)), nil
+	return l.c.holds.count(l.holdKey(owner), int(n)), nil
 }
 
 // TTL returns how long the lock's lease has left on a quorum of nodes (the

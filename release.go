@@ -44,7 +44,7 @@ func (h *handle) Unlock(ctx context.Context) (err error) {
 	if err := acq.hold.lockOp(bound); err != nil {
 		return fmt.Errorf("dlock: unlock %q: %w", h.name, err)
 	}
-	release, err := h.c.dropAcquisition(acq)
+	release, err := h.dropAcquisition(acq)
 	acq.hold.unlockOp()
 	switch {
 	case err != nil:
@@ -54,6 +54,24 @@ func (h *handle) Unlock(ctx context.Context) (err error) {
 		return nil
 	}
 	return h.release(bound, acq, release)
+}
+
+// dropAcquisition takes acq out of its hold for Unlock, with hd.op held
+// (registry.dropAcquisition). When it was the hold's last acquisition, it
+// returns the busy mark under which the release must run (spawn), so that
+// a new acquisition by the owner waits for it (enter, awaitIdle). The mark
+// goes up before the hold leaves the registry, under the other lock: an
+// acquisition by the owner that looks in between finds the hold, waits for
+// its op (held by Unlock) and then looks again, finding the mark.
+func (h *handle) dropAcquisition(acq *acquisition) (release *busy, err error) {
+	k := acq.hold.holdKey()
+	mark := h.c.work.add(k)
+	last, err := h.c.holds.dropAcquisition(acq)
+	if !last {
+		h.c.work.end(k, mark)
+		return nil, err
+	}
+	return mark, nil
 }
 
 // withDeadlineOf returns a context with ctx's deadline, if any, that is not
@@ -75,7 +93,7 @@ func (h *handle) release(ctx context.Context, acq *acquisition, b *busy) error {
 	var err error
 	if _, ok := ctx.Deadline(); ok {
 		first := make(chan error, 1)
-		h.c.spawn(k, b, func(bg context.Context) {
+		h.c.work.spawn(k, b, func(bg context.Context) {
 			err := h.sendRelease(bg, hd, true)
 			first <- err
 			h.retryRelease(bg, hd, err)
@@ -89,9 +107,9 @@ func (h *handle) release(ctx context.Context, acq *acquisition, b *busy) error {
 	} else {
 		err = h.sendRelease(ctx, hd, true)
 		if retrying(err) {
-			h.c.spawn(k, b, func(bg context.Context) { h.retryRelease(bg, hd, err) })
+			h.c.work.spawn(k, b, func(bg context.Context) { h.retryRelease(bg, hd, err) })
 		} else {
-			h.c.endBusy(k, b)
+			h.c.work.end(k, b)
 		}
 	}
 	switch {
@@ -129,9 +147,7 @@ func (h *handle) retryRelease(ctx context.Context, hd *hold, err error) {
 	if !retrying(err) {
 		return
 	}
-	h.c.mu.Lock()
-	until := hd.until
-	h.c.mu.Unlock()
+	until := h.c.holds.deadline(hd)
 	tries, err := h.sendUntil(ctx, until, err, func(ctx context.Context) error {
 		if err := h.sendRelease(ctx, hd, false); !errors.Is(err, ErrNotHeld) {
 			return err
@@ -177,11 +193,11 @@ func (h *handle) sendRelease(ctx context.Context, hd *hold, first bool) error {
 	hand, ok := h.kind.(handoffer)
 	next, when := (*place)(nil), ""
 	if ok && first {
-		next, when = h.c.nextWaiter(h)
+		next, when = h.c.queues.next(h.queueKey())
 	}
 	if next == nil || h.c.cfg.replicas.enabled() { // a hand-over would skip the replica sync
 		if next != nil {
-			h.c.handedOver(h, next, grant{})
+			h.c.queues.handedOver(h.queueKey(), next, grant{})
 		}
 		if err = gate.Err(); err == nil {
 			res, err = h.kind.release(ctx, req)
@@ -194,7 +210,7 @@ func (h *handle) sendRelease(ctx context.Context, hd *hold, first bool) error {
 			ho, err = hand.releaseTo(ctx, req, next.req, when, 1) // the waiter subscribed this Client
 			gate.Saw(err)
 		}
-		h.c.handedOver(h, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil,
+		h.c.queues.handedOver(h.queueKey(), next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil,
 			token: ho.token, start: start})
 		res = ho.res
 	}
@@ -243,7 +259,7 @@ func (h *handle) lose(lockCtx context.Context) {
 	if !ok {
 		return
 	}
-	if hd := c.held(h, owner); hd != nil {
-		c.lose(hd, fmt.Errorf("%w: %q: could not be released; left to expire with its lease", ErrLockLost, h.name))
+	if hd := c.holds.held(h.holdKey(owner)); hd != nil {
+		hd.lose(fmt.Errorf("%w: %q: could not be released; left to expire with its lease", ErrLockLost, h.name))
 	}
 }

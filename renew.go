@@ -103,10 +103,10 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 	for i, hd := range holds {
 		switch {
 		case alive[i] && hd.watchdog:
-			c.renewed(hd, start)
+			c.holds.renewed(hd, start)
 		case alive[i]:
 		default:
-			c.lose(hd, fmt.Errorf("%w: %q: the watchdog found it released or taken by another owner", ErrLockLost, hd.kind.key()))
+			hd.lose(fmt.Errorf("%w: %q: the watchdog found it released or taken by another owner", ErrLockLost, hd.kind.key()))
 		}
 	}
 	return nil
@@ -142,9 +142,7 @@ func (readRenewer) renew(ctx context.Context, c *Client, lease time.Duration, ho
 	for _, hd := range holds {
 		keep := lease
 		if lease == 0 { // a fixed lease: what is left of it
-			c.mu.Lock()
-			keep = max(time.Until(hd.until), 0)
-			c.mu.Unlock()
+			keep = max(time.Until(c.holds.deadline(hd)), 0)
 		}
 		keys = append(keys, hd.kind.key(), layout.ReadHoldPrefix(hd.kind.key(), hd.owner))
 		args = append(args, hd.owner, millis(keep))

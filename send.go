@@ -51,7 +51,7 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 	case r := <-replied:
 		return r.res, false, r.err
 	case <-ctx.Done():
-		h.c.background(h.holdKey(req.owner), func(context.Context) {
+		h.c.work.run(h.holdKey(req.owner), func(context.Context) {
 			defer done()
 			if r := <-replied; r.err == nil && r.res.acquired {
 				grace(h.giveBack(req))

@@ -171,7 +171,7 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 	for {
 		var granted <-chan grant
 		if w.place != nil {
-			w.h.c.enqueue(w.h, w.place)
+			w.h.c.queues.enqueue(w.h.queueKey(), w.place)
 			granted = w.place.grant
 		}
 		var g grant
@@ -204,9 +204,7 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 func (w *waiter) wakeUps(ctx context.Context) (<-chan struct{}, error) {
 	h := w.h
 	if w.sub != nil && w.place != nil {
-		h.c.mu.Lock()
-		w.place.subscribed = true
-		h.c.mu.Unlock()
+		h.c.queues.subscribed(w.place)
 	}
 	wake, err := w.sleeper.wakeUps(ctx, h.kind.channel(w.req.owner), w.joined)
 	switch {
@@ -229,7 +227,7 @@ func (w *waiter) wakeUps(ctx context.Context) (<-chan struct{}, error) {
 // is given back in the background.
 func (w *waiter) handedOver(ctx context.Context) grant {
 	h := w.h
-	if !h.c.dequeue(h, w.place) {
+	if !h.c.queues.dequeue(h.queueKey(), w.place) {
 		select {
 		case g := <-w.place.grant: // told before we woke
 			return g
@@ -241,7 +239,7 @@ func (w *waiter) handedOver(ctx context.Context) grant {
 	case g := <-w.place.grant:
 		return g
 	case <-ctx.Done():
-		h.c.background(h.holdKey(w.req.owner), func(context.Context) {
+		h.c.work.run(h.holdKey(w.req.owner), func(context.Context) {
 			if g := <-w.place.grant; g.ok || g.unknown {
 				grace(h.giveBack(w.req))
 			}

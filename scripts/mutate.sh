@@ -101,8 +101,8 @@ m "fencing token not incremented" internal/scripts/fence.lua \
 # The watchdog tells a holder at its next renewal that the lock is gone,
 # not only when the local lease deadline passes.
 m "watchdog does not report a lost lock" renew.go \
-  'c.lose(hd, fmt.Errorf("%w: %q: the watchdog found it released' \
-  '_ = fmt.Sprint(hd, fmt.Errorf("%w: %q: the watchdog found it released' \
+  'hd.lose(fmt.Errorf("%w: %q: the watchdog found it released' \
+  '_ = fmt.Sprint(fmt.Errorf("%w: %q: the watchdog found it released' \
   . '^(TestLostWhenDeleted)$'
 # A release that fails while Redis restarts is sent again in the
 # background, and so is the give-back of an attempt whose reply was lost:
@@ -117,11 +117,17 @@ m "failed give-back not retried" background.go \
   'until := time.Now().Add(validity(h.kind, req.lease))' \
   'until := time.Now()' \
   . '^(TestGiveBackOutlivesOutage)$'
+# While a release is retried in the background, a Lock by the same owner
+# waits for it: a lock it took meanwhile would be deleted by that release.
+m "same owner does not wait for its release" acquire.go \
+  'return nil, h.c.work.awaitIdle(ctx, h.holdKey(req.owner))' \
+  'return nil, nil' \
+  . '^(TestSameOwnerWaitsForRetriedRelease)$'
 # A Client hands a lock to its own waiters at most handoffBound times in a
 # row while another process waits for it.
 m "hand-over not bounded" handoff.go \
-  'case q.handoffs < handoffBound:' \
-  'case true:' \
+  'if q.handoffs < handoffBound {' \
+  'if true {' \
   . '^(TestHandoffBoundLetsOthersIn|TestHandoffBoundExact)$'
 # A batched script goes out with a pipeline that go-redis writes again
 # after a lost reply; a queued caller whose ctx ends leaves the queue.
@@ -205,12 +211,12 @@ m "hand-over: waiter whose ctx ended stays queued" wait.go \
 # Exactly handoffBound hand-overs in a row while another process waits,
 # then a free: neither one more nor one fewer.
 m "hand-over: bound off by one (<=)" handoff.go \
-  'case q.handoffs < handoffBound:' \
-  'case q.handoffs <= handoffBound:' \
+  'if q.handoffs < handoffBound {' \
+  'if q.handoffs <= handoffBound {' \
   . '^(TestHandoffBoundExact|TestHandOverMinimalACL)$'
 m "hand-over: bound one short" handoff.go \
-  'case q.handoffs < handoffBound:' \
-  'case q.handoffs < handoffBound-1:' \
+  'if q.handoffs < handoffBound {' \
+  'if q.handoffs < handoffBound-1 {' \
   . '^(TestHandoffBoundExact|TestHandOverMinimalACL)$'
 # The count starts again after a free: else, once over the bound, a busy
 # Client frees the lock at every release while others wait.
@@ -480,7 +486,7 @@ m "observer: renewal counts the live holds as lost" observe.go \
   . '^(TestObserverLostAndRenewal)$'
 # A hold lost at its local deadline is expired, not rejected.
 m "observer: every loss reported as rejected" observe.go \
-  'if !time.Now().Before(hd.until) {' \
+  'if !time.Now().Before(c.holds.deadline(hd)) {' \
   'if false {' \
   . '^(TestObserverLostAndRenewal)$'
 # Close reports the holds it ends as lost (cause closed).
