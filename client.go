@@ -46,7 +46,7 @@ type Client struct {
 	latches latchWaits // what a latch's waiters share (countdownlatch.go)
 
 	// runners are goroutines for attempts that must not hold up their
-	// caller (acquire.go).
+	// caller (send.go).
 	runners runners
 
 	holds  registry       // the holds of the Client's owners (hold.go)

@@ -316,7 +316,7 @@ var (
 // released or replaced is left alone.
 func (hd *hold) lose(err error) {
 	c := hd.c
-	acqs, ok := c.holds.take(hd)
+	acqs, ok := c.holds.dropHold(hd)
 	if !ok {
 		return
 	}
@@ -327,9 +327,9 @@ func (hd *hold) lose(err error) {
 	}
 }
 
-// take drops hd, unless it was released or replaced already (ok false),
+// dropHold drops hd, unless it was released or replaced already (ok false),
 // and returns its acquisitions, for lose.
-func (r *registry) take(hd *hold) (acqs []*acquisition, ok bool) {
+func (r *registry) dropHold(hd *hold) (acqs []*acquisition, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.current(hd) {
