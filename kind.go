@@ -11,9 +11,10 @@ import (
 )
 
 // kind is what one kind of lock contributes to the shared engine: its
-// scripts and its rules. The engine (acquire.go, hold.go, release.go,
-// renew.go) does the rest for every kind: waiting, ownership and
-// re-entry counts, lock contexts, the watchdog and lost-lock notices.
+// scripts and its rules. The engine (acquire.go, send.go, wait.go,
+// release.go, hold.go, renew.go; docs/architecture.md) does the rest for
+// every kind: waiting, ownership and re-entry counts, lock contexts, the
+// watchdog and lost-lock notices.
 //
 // A kind's scripts are safe to run twice, which is what a Redis client does
 // when a reply is lost: acquire sets the owner's field to 1 whether it is
