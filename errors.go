@@ -49,11 +49,13 @@ var (
 	ErrUpgrade = errors.New("dlock: cannot upgrade a read lock to a write lock")
 
 	// ErrUnreachable is returned by Client.Ping when Redis does not
-	// answer, and by TryLock, at once and without a command, while the
-	// Client's probe cannot reach Redis after a dial failed (see
-	// docs/safety.md); Lock waits for Redis instead, as long as its ctx
-	// allows, and returns it when ctx ends first. The error wraps the
-	// Redis client's or the dial's error too.
+	// answer, and by TryLock and the synchronizers' calls (Semaphore,
+	// PermitSemaphore, CountDownLatch writes), at once and without a
+	// command, while the Client's probe cannot reach Redis after a dial
+	// failed (see docs/safety.md): nothing was applied, and the call is
+	// safe to make again. Lock and a waiting Acquire wait for Redis
+	// instead, as long as their ctx allows. The error wraps the Redis
+	// client's or the dial's error too.
 	ErrUnreachable = transport.ErrUnreachable
 	// ErrInvalidName is returned for an empty, too long or cluster-unsafe
 	// lock name.

@@ -112,6 +112,9 @@ const (
 // found are queued and subscribed at the second, ahead of this Lock, and a
 // release reaches it through them whether or not a holder came meanwhile.
 func (h *handle) busyHere(owner string) (time.Duration, int) {
+	if h.c.holds.held(h.holdKey(owner)) != nil {
+		return 0, notHere // a re-entry: only Redis can confirm the hold
+	}
 	if d, ok := h.c.holds.heldByOther(h.queueKey(), owner); ok {
 		return d, heldHere
 	}

@@ -182,8 +182,8 @@ type UnlockInfo struct {
 
 // RenewalInfo describes one renewal script call of the watchdog.
 type RenewalInfo struct {
-	Locks   int           // holds the call renewed
-	Lost    int           // of them, holds Redis no longer had (each also reported by Lost)
+	Locks   int           // holds (or a PermitSemaphore's permits) the call renewed
+	Lost    int           // of them, those Redis no longer had (each also reported by Lost)
 	Latency time.Duration // the script call's round trip
 	Err     error         // the call's error: every hold stays as it is until the next tick
 }

@@ -189,6 +189,9 @@ func (p *permit) renewChunk(ctx context.Context, chunk []leased) error {
 // read here, not when the tick grouped it, since UpdateLease may have
 // switched it since.
 func (c *Client) renewPermits(ctx context.Context, permits []*permit) error {
+	// Within the tick, before claiming the permits (UpdateLease waits for
+	// a claim): a renewal sent as Redis comes back keeps them.
+	c.tr.Gate().Wait(ctx)
 	var claimed, renewed, fixed []*permit
 	defer func() {
 		for _, p := range claimed {
@@ -234,7 +237,6 @@ func (c *Client) leasePermits(ctx context.Context, lease time.Duration, permits 
 	for _, p := range permits {
 		args = append(args, p.id)
 	}
-	c.tr.Gate().Wait(ctx) // within the tick: a renewal sent as Redis comes back keeps the permits
 	held, err := runScript(ctx, c, scripts.PsemLease, s.keys(), args...).Int64Slice()
 	if err == nil && len(held) != len(permits) {
 		err = fmt.Errorf("unexpected reply %v", held)

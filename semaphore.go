@@ -143,8 +143,11 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 	defer func() { ob.returned(err) }()
 	err = wait(ctx, s.c, s.channel, nil, ob.sleeps(func() (bool, time.Duration, error) {
 		ok, err := s.try(ctx, n)
-		if s.c.outageOver(ctx, err) {
+		switch {
+		case s.c.outageOver(ctx, err):
 			return false, time.Millisecond, nil // Redis is back: try again at once
+		case errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil:
+			return false, 0, nil // nothing was sent; wait returns ctx's error
 		}
 		return ok, 0, err
 	}))

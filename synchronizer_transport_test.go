@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,7 +163,8 @@ func TestSynchronizerAcquireWaitsOutOutage(t *testing.T) {
 	var d countingDial
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: d.dial, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := newClient(t, rdb)
+	var logs syncBuf
+	c := newClient(t, rdb, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	name := lockName(t)
 	sem := mustSemaphore(t, c, name+":sem")
 	psem := mustPermitSemaphore(t, c, name+":psem")
@@ -182,6 +185,13 @@ func TestSynchronizerAcquireWaitsOutOutage(t *testing.T) {
 		}
 		return nil
 	})
+	// An Acquire whose ctx ends while it waits at the gate says so, as
+	// one whose ctx ends while the semaphore has no permits does.
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	if err := sem.Acquire(short, 1); !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire whose ctx ended in an outage: %v, want ErrNotObtained and DeadlineExceeded", err)
+	}
 	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	got := make(chan error, 2)
@@ -211,5 +221,54 @@ func TestSynchronizerAcquireWaitsOutOutage(t *testing.T) {
 		if err := recv(t, got, 10*time.Second, "an Acquire once Redis was back"); err != nil {
 			t.Fatalf("Acquire once Redis was back: %v", err)
 		}
+	}
+	// The PermitSemaphore waited at the gate: it did not retry (and log)
+	// every 100 ms through the outage.
+	if n := strings.Count(logs.String(), "permit acquire failed"); n > 0 {
+		t.Errorf("the waiting PermitSemaphore Acquire retried through the outage %d times, want it waiting at the gate", n)
+	}
+}
+
+// TestReentryNotHeldUpByWaiters: a Lock that re-enters a lock its owner
+// holds goes to Redis at once, even while other Locks of the same Client
+// wait for that lock, subscribed: it is not one of them (it waited for
+// pollNoExpiry, 1 s, behind them).
+func TestReentryNotHeldUpByWaiters(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, nil)
+	m := mustMutex(t, c, lockName(t))
+	held := mustLock(t, ctx, m)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() {
+		l, err := m.Lock(wctx)
+		if err == nil {
+			err = m.Unlock(l)
+		}
+		waited <- err
+	}()
+	eventually(t, 5*time.Second, func() error { // the other Lock waits, subscribed
+		if !c.queues.waited(m.queueKey()) {
+			return errors.New("no subscribed waiter yet")
+		}
+		return nil
+	})
+	start := time.Now()
+	inner, err := m.Lock(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= pollNoExpiry/2 {
+		t.Errorf("re-entry with a waiter of the same Client queued took %v, want one round trip (the waiters' poll is %v)", took, pollNoExpiry)
+	}
+	if err := m.Unlock(inner); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, waited, 10*time.Second, "the waiting Lock"); err != nil {
+		t.Fatal(err)
 	}
 }

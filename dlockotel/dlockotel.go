@@ -5,7 +5,8 @@
 // span per Lock or TryLock, a child of the caller's span, with an event per
 // sleep). A Semaphore's or PermitSemaphore's Acquire and Release and a
 // CountDownLatch's Await are reported as a lock's waits and holds, under
-// their own kind (semaphore, permit, latch).
+// their own kind (semaphore, permit, latch); a Semaphore's permits, which
+// have no holder, are left out of the holds gauge.
 //
 // It is built on the OpenTelemetry API only: the application picks the SDK
 // and the exporters (Prometheus, OTLP, ...) and passes its providers, or

@@ -173,9 +173,26 @@ m "synchronizer ignores the reach gate" internal/transport/transport.go \
 # again for the whole retry budget.
 # A waiting Acquire waits out an outage at the gate, as Lock does.
 m "sync: waiting Acquire fails at once in an outage" semaphore.go \
-  '		if s.c.outageOver(ctx, err) {' \
-  '		if false && s.c.outageOver(ctx, err) {' \
+  '		case s.c.outageOver(ctx, err):' \
+  '		case false && s.c.outageOver(ctx, err):' \
   . '^(TestSynchronizerAcquireWaitsOutOutage)$'
+# A waiting PermitSemaphore Acquire waits at the gate too, rather than
+# retrying (and logging) every 100 ms through the outage.
+m "sync: waiting permit Acquire retries through an outage" permit_semaphore.go \
+  '			if !try && s.c.outageOver(ctx, err) {' \
+  '			if false && s.c.outageOver(ctx, err) {' \
+  . '^(TestSynchronizerAcquireWaitsOutOutage)$'
+# An Acquire whose ctx ends at the gate reports ErrNotObtained and ctx's
+# error, not the outage.
+m "sync: ctx ended at the gate reported as the outage" semaphore.go \
+  '		case errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil:' \
+  '		case false:' \
+  . '^(TestSynchronizerAcquireWaitsOutOutage)$'
+# A re-entry goes to Redis at once, not behind its Client's waiters.
+m "hand-over: re-entry waits behind the Client's waiters" handoff.go \
+  '	if h.c.holds.held(h.holdKey(owner)) != nil {' \
+  '	if false && h.c.holds.held(h.holdKey(owner)) != nil {' \
+  . '^(TestReentryNotHeldUpByWaiters)$'
 # Permit renewals are reported to observers as lock renewals are.
 m "observer: permit renewals not reported" renew.go \
   '	c.observeRenewal(len(permits), start, alive, nil)' \

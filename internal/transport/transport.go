@@ -143,11 +143,14 @@ func (t *Transport) RunOnce(ctx context.Context, chk *Check, s *redis.Script, ke
 			cmd = t.evalOnce(ctx, s, keys, args)
 		}
 		err := cmd.Err()
-		if !synced && ctx.Err() == nil { // runSynced reroutes itself
+		if ctx.Err() == nil {
 			t.Reroute(ctx, err)
 		}
 		if NotSent(err) {
 			if gerr := t.gate.Saw(err); t.gate.Err() != nil {
+				if !errors.Is(gerr, ErrUnreachable) { // a pool timeout while the gate is shut
+					gerr = t.gate.Err()
+				}
 				cmd.SetErr(gerr)
 				return cmd
 			}
