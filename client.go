@@ -100,7 +100,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	id, err := newUUID()
+	id, err := newClientID()
 	if err != nil {
 		return nil, fmt.Errorf("dlock: client id: %w", err)
 	}
@@ -134,8 +134,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// ID returns the Client's random 128-bit id in UUID form. Owner names are
-// "<id>:<n>", the shape of Redisson's "<uuid>:<threadId>".
+// ID returns the Client's random id, a version-8 UUID. Owner names are
+// "<id>:<n>", the shape of Redisson's "<uuid>:<threadId>"; the version
+// tells them from Redisson's (version 4), so that a fair waiter whose
+// holder record is gone is known to be a dead dlock waiter (FairMutex).
 func (c *Client) ID() string { return c.id }
 
 // Close stops the watchdog and the pub/sub connection, and deletes the
@@ -177,6 +179,18 @@ func (c *Client) newOwner() string {
 // newRequest returns an id for a force release's request latch.
 func (c *Client) newRequest() string {
 	return c.id + ":" + strconv.FormatUint(c.requests.Add(1), 36)
+}
+
+// newClientID returns a random version-8 UUID: dlock's client ids are
+// told from Redisson's version-4 ones by it (layout.OwnerClientID), so
+// that a waiter whose holder record is gone is known to be a dead dlock
+// waiter, not a Java one, which writes no record.
+func newClientID() (string, error) {
+	id, err := newUUID()
+	if err != nil {
+		return "", err
+	}
+	return id[:14] + "8" + id[15:], nil
 }
 
 // newUUID returns a random (version 4) UUID.

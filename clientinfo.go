@@ -158,6 +158,35 @@ func (r *clientRecord) write(ctx context.Context) {
 	}
 }
 
+// await returns once the record's first write has had its answer, or ctx
+// has ended, or done (the Client's) is closed; at once when the record is
+// not kept (touch was never called).
+func (r *clientRecord) await(ctx context.Context, done <-chan struct{}) {
+	if !r.started.Load() {
+		return
+	}
+	select {
+	case <-r.wrote:
+	case <-ctx.Done():
+	case <-done:
+	}
+}
+
+// goneOwner reports whether owner is a dlock owner whose Client's holder
+// record is gone: the Client died (its record expired, at most the
+// watchdog timeout after its last refresh) or closed. It is false for a
+// Redisson owner (no dlock client id, so no record by design), and when
+// the record cannot be read (an ACL without ~dlock:client:*, an outage):
+// a waiter is taken for dead only on Redis's word.
+func (c *Client) goneOwner(ctx context.Context, owner string) bool {
+	id, ok := layout.OwnerClientID(owner)
+	if !ok || id == c.id {
+		return false
+	}
+	n, err := c.rdb.Exists(ctx, layout.ClientRecordPrefix+id).Result()
+	return err == nil && n == 0
+}
+
 // close stops the refresh and deletes the record, if it was ever written,
 // with a context of at most a second (go-redis honours it with
 // ContextTimeoutEnabled; otherwise its read timeout bounds the wait). A

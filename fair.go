@@ -108,10 +108,65 @@ func (k *fairKind) renewer() renewer            { return hashRenewer{} }
 func (k *fairKind) label() string               { return KindFair }
 func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" + owner }
 
+// attempt tries once to take the lock, and takes dead dlock waiters out
+// of its way: when the script names the head waiter standing between the
+// caller and the lock (see fair_acquire.lua), and that head is a dlock
+// owner whose Client's holder record is gone (its process died, or closed
+// without leaving), it leaves the queue for the dead one (fair_leave.lua)
+// and the attempt runs again at once. Redis Cluster keeps the record in
+// another slot than the lock, so the record is read here, not in the
+// script. A Redisson (Java) waiter writes no record and keeps Redisson's
+// rule: it is skipped once its deadline has passed.
+//
+// A waiting attempt first waits for this Client's own record to be
+// written (once per Client), so that no one takes this waiter for dead
+// before its record is there.
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return attemptReply(k.c.tr.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
+	if r.wait {
+		k.c.record.await(ctx, k.c.done)
+	}
+	for range fairPruneRounds {
+		res, head, err := k.try(ctx, r)
+		if err != nil || res.acquired || head == "" || !k.c.goneOwner(ctx, head) {
+			return res, err
+		}
+		if err := k.leave(ctx, request{owner: head}); err != nil {
+			return res, nil // the next attempt looks again
+		}
+		k.c.cfg.logger.Debug("dlock: a dead waiter left the fair queue: its holder record is gone",
+			"lock", k.name, "waiter", head)
+	}
+	res, _, err := k.try(ctx, r)
+	return res, err
+}
+
+// fairPruneRounds bounds the dead waiters one attempt takes out of the
+// queue; the next attempt takes out more.
+const fairPruneRounds = 4
+
+// try runs the acquire script once. head is the waiter the script names
+// for a check, "" for none.
+func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head string, err error) {
+	cmd, _ := k.c.tr.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
 		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
-		millis(fairHeadCheck), millis(fairFreeCheck)))
+		millis(fairHeadCheck), millis(fairFreeCheck))
+	reply, err := cmd.Slice()
+	if err != nil {
+		return attemptResult{}, "", err
+	}
+	nums := make([]int64, 0, 2)
+	for i, v := range reply {
+		switch v := v.(type) {
+		case int64:
+			nums = append(nums, v)
+		case string:
+			if i == 2 {
+				head = v
+			}
+		}
+	}
+	res, err = parseAttempt(nums)
+	return res, head, err
 }
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {

@@ -429,6 +429,27 @@ m "fair: acquire keeps a dead head" internal/scripts/fair_acquire.lua \
   "purge(KEYS[1], KEYS[2], KEYS[3], now, owner)" \
   "local _ = now" \
   . '^(TestFairDeadWaiterSkipped)$'
+# A dlock waiter whose holder record is gone (its process died) leaves
+# the queue at the next attempt of another waiter, not at its deadline.
+m "fair: a dead dlock waiter kept until its deadline" clientinfo.go \
+  'return err == nil && n == 0' \
+  'return err == nil && n < 0' \
+  . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
+# The acquire script names the head of a free lock's queue for the check.
+m "fair: the head of a free lock not named for a check" internal/scripts/fair_acquire.lua \
+  "if redis.call('exists', KEYS[1]) == 0 or redis.call('lindex', KEYS[2], 1) == owner then" \
+  "if redis.call('lindex', KEYS[2], 1) == owner then" \
+  . '^(TestFairTryLockPastDeadWaiter)$'
+# A Redisson waiter has no record by design: it keeps Redisson's timeout.
+m "fair: a Java waiter pruned as a dead dlock one" clientinfo.go \
+  'if !ok || id == c.id {' \
+  'if id == c.id {' \
+  . '^(TestFairDeadWaiterSkipped|TestFairLiveWaiterNotTakenForDead)$'
+# A live dlock waiter, whose record is there, is never pruned.
+m "fair: a live dlock waiter pruned" clientinfo.go \
+  'return err == nil && n == 0' \
+  'return err == nil && n >= 0' \
+  . '^(TestFairGrantOrder|TestFairLiveWaiterNotTakenForDead)$'
 # TryLock never joins the queue.
 m "fair: TryLock joins the queue" internal/scripts/fair_acquire.lua \
   "if ARGV[4] ~= '1' then" \

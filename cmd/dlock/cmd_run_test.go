@@ -83,7 +83,7 @@ func TestRunChildEnvironment(t *testing.T) {
 	}
 
 	got := read()
-	owner := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}:[0-9]+$`)
+	owner := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}:[0-9]+$`)
 	if got[0] != name || !owner.MatchString(got[1]) || got[2] != "" {
 		t.Errorf("unfenced run: DLOCK_NAME=%q DLOCK_OWNER=%q DLOCK_TOKEN=%q; want %q, <uuid>:<n>, empty", got[0], got[1], got[2], name)
 	}

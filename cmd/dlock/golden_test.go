@@ -181,7 +181,7 @@ const zeroUUID = "00000000-0000-4000-8000-000000000000"
 
 // Output that changes from run to run: dlock's client UUIDs, and times.
 var (
-	dlockUUID = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}`)
+	dlockUUID = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}`)
 	textTime  = regexp.MustCompile(`\b[0-9][0-9hms.]*(ms|s)\b`)
 	jsonTime  = regexp.MustCompile(`("(ttl_ms|deadline_ms|deadline_in_ms)": )[0-9]+`)
 )

@@ -45,7 +45,8 @@ const (
 // first lock attempt and deleted at Close. Lock keys do not point to it;
 // an owner's client id (the part before the last colon) names it. To write
 // its record a Client needs the key pattern ~dlock:client:* (with EVALSHA,
-// EVAL, HSET, PEXPIRE, DEL); a tool that reads records needs HGETALL on it.
+// EVAL, HSET, PEXPIRE, DEL), and EXISTS to tell dead fair waiters (see
+// OwnerClientID); a tool that reads records needs HGETALL on it.
 const (
 	ClientRecordPrefix = "dlock:client:"
 	RecordHost         = "host"    // os.Hostname
@@ -54,6 +55,41 @@ const (
 	RecordName         = "name"    // WithClientName's label; absent when none
 	RecordStarted      = "started" // when New returned the Client: RFC 3339, ms, UTC
 )
+
+// OwnerClientID returns the client id of owner when owner is a dlock
+// Client's ("<clientID>:<n>", the id a UUID of version 8), and false for
+// any other owner, such as Redisson's "<uuid>:<threadId>" (version 4). A
+// dlock owner's Client keeps the record ClientRecordPrefix+<clientID>
+// while it lives; a Redisson client writes none.
+func OwnerClientID(owner string) (string, bool) {
+	i := strings.LastIndexByte(owner, ':')
+	if i < 0 || !dlockClientID(owner[:i]) {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(owner[i+1:], 10, 64); err != nil {
+		return "", false
+	}
+	return owner[:i], true
+}
+
+// dlockClientID reports whether id has the form of a dlock client id: a
+// lower-case UUID of version 8 and the RFC 9562 variant.
+func dlockClientID(id string) bool {
+	if len(id) != 36 || id[14] != '8' || !strings.ContainsRune("89ab", rune(id[19])) {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case !('0' <= c && c <= '9' || 'a' <= c && c <= 'f'):
+			return false
+		}
+	}
+	return true
+}
 
 // Prefixed is Redisson's rule for a companion key in front of the name:
 // "p:{name}", or "p:name" when the name already carries a hash tag.

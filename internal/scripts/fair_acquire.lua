@@ -22,7 +22,10 @@
 --
 -- Returns {1, token} when the owner holds the lock now (token 0 when not
 -- fenced), {0, ms} when not: how long to sleep before trying again unless
--- woken. Running it twice is harmless: a dlock owner's hold count stays 1
+-- woken, or {0, ms, head} when the head waiter stands between the caller
+-- and the lock: the head of a free lock's queue, or of a held lock's
+-- queue when the caller is right behind it. fair.go checks that head's
+-- holder record and takes a dead dlock waiter out of the queue. Running it twice is harmless: a dlock owner's hold count stays 1
 -- (the Client counts re-entries), so a re-sent command finds the owner's
 -- field and only sets the lease again.
 local lease = tonumber(ARGV[1])
@@ -33,6 +36,19 @@ if reentry(ARGV[5]) and redis.call('hexists', KEYS[1], owner) == 0 then
 end
 local now = nowMillis()
 purge(KEYS[1], KEYS[2], KEYS[3], now, owner)
+
+-- suspect is the head waiter the caller should check (see Returns), or
+-- nil.
+local function suspect()
+  local head = redis.call('lindex', KEYS[2], 0)
+  if not head or head == owner then
+    return nil
+  end
+  if redis.call('exists', KEYS[1]) == 0 or redis.call('lindex', KEYS[2], 1) == owner then
+    return head
+  end
+  return nil
+end
 
 local function grant(held)
   redis.call('hset', KEYS[1], owner, 1)
@@ -64,7 +80,7 @@ end
 
 local held = math.max(redis.call('pttl', KEYS[1]), 0) -- -2 free, -1 no TTL
 if ARGV[4] ~= '1' then
-  return {0, held}
+  return {0, held, suspect()}
 end
 
 local locked = redis.call('exists', KEYS[1]) == 1
@@ -129,4 +145,4 @@ else
   wakeHead(KEYS[2], KEYS[3], KEYS[5], now, wait, ARGV[6], ARGV[7])
   ttl = math.min(tonumber(redis.call('zscore', KEYS[3], head)) - now, lease, tonumber(ARGV[9]))
 end
-return {0, math.max(1, math.min(ttl, math.floor(wait / 2)))}
+return {0, math.max(1, math.min(ttl, math.floor(wait / 2))), suspect()}

@@ -1,0 +1,144 @@
+package dlock
+
+// Tests of the dead-waiter rule beyond Redisson's: a dlock waiter whose
+// Client's holder record is gone leaves the fair queue at the next attempt
+// of another waiter, instead of holding the queue up for the fair wait
+// timeout.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/layout"
+)
+
+// queueDead puts a waiter of c in the fair queue of name the way a process
+// that then died leaves it: one waiting attempt, and nobody attempting
+// again. It returns the owner.
+func queueDead(t *testing.T, ctx context.Context, c *Client, name string) string {
+	t.Helper()
+	m := mustFair(t, c, name)
+	owner := c.newOwner()
+	res, err := m.kind.(*fairKind).attempt(ctx, request{owner: owner, lease: time.Second, wait: true})
+	if err != nil || res.acquired {
+		t.Fatalf("queueing %s: acquired %v, %v", owner, res.acquired, err)
+	}
+	return owner
+}
+
+// stopRecord stops the refresh of c's holder record without deleting it,
+// as a process that dies does: the record expires with its TTL.
+func stopRecord(c *Client) {
+	r := c.record
+	r.mu.Lock()
+	stop, done := r.stop, r.done
+	r.stop, r.closed = nil, true
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// TestFairDeadDlockWaiterLeaves: a dlock waiter dies while queued (its
+// Client has a 3 s watchdog, so its record lives 3 s); the holder unlocks.
+// The live waiter behind it gets the lock within a few seconds, not the
+// fair wait timeout (5 min), and the queue keys are gone afterwards.
+func TestFairDeadDlockWaiterLeaves(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+
+	dead := newClient(t, nil, WithWatchdogTimeout(3*time.Second))
+	owner := queueDead(t, ctx, dead, name)
+	record := layout.ClientRecordPrefix + dead.ID()
+	if n := dead.rdb.Exists(ctx, record).Val(); n != 1 {
+		t.Fatalf("the queued waiter's record %s is not there", record)
+	}
+	live := mustFair(t, newClient(t, nil), name)
+	_, got := fairWaiter(t, ctx, live, 2)
+
+	stopRecord(dead) // the waiter's process dies
+	died := time.Now()
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, got, 20*time.Second, "the live waiter's Lock behind a dead dlock waiter (fair wait timeout 5m)")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Logf("the live waiter got the lock %v after the dead one's last record refresh (record TTL 3s)", time.Since(died))
+	if err := live.Unlock(r.lctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{prefixName(fairQueuePrefix, name), prefixName(fairDeadlinePrefix, name)}
+	if n := dead.rdb.Exists(ctx, keys...).Val(); n != 0 {
+		t.Errorf("queue keys left: %d of %v (queue %v)", n, keys, fairQueue(t, dead.rdb, name))
+	}
+	if _, ok := fairDeadline(t, dead.rdb, name, owner); ok {
+		t.Errorf("the dead waiter %s keeps its deadline", owner)
+	}
+}
+
+// TestFairTryLockPastDeadWaiter: a free fair lock whose only waiter is a
+// dead dlock waiter (its Client closed without leaving) is taken by TryLock
+// at once, and the dead waiter is gone from the queue.
+func TestFairTryLockPastDeadWaiter(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+	dead := newClient(t, nil)
+	queueDead(t, ctx, dead, name)
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other := mustFair(t, newClient(t, nil), name)
+	l, err := other.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock behind a dead dlock waiter: %v (queue %v)", err, fairQueue(t, other.c.rdb, name))
+	}
+	if q := fairQueue(t, other.c.rdb, name); len(q) != 0 {
+		t.Errorf("queue left: %v", q)
+	}
+	if err := other.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairLiveWaiterNotTakenForDead: a Client's first waiting attempt
+// waits for its holder record, so that a waiter right behind it, checking
+// it as the head of a free lock, never finds it without one; and a
+// Redisson-shaped owner (version-4 UUID), which has no record by design,
+// is never taken for a dead dlock waiter.
+func TestFairLiveWaiterNotTakenForDead(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	c := newClient(t, nil)
+	m := mustFair(t, c, lockName(t))
+	owner := c.newOwner()
+	if _, err := m.kind.(*fairKind).attempt(ctx, request{owner: owner, lease: time.Second, wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.rdb.Exists(ctx, layout.ClientRecordPrefix+c.ID()).Val(); n != 1 {
+		t.Error("a waiting attempt returned before its Client's record was written")
+	}
+	other := newClient(t, nil)
+	if other.goneOwner(ctx, owner) {
+		t.Errorf("%s, with its record, taken for dead", owner)
+	}
+	java, err := newUUID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.goneOwner(ctx, java+":1") {
+		t.Errorf("the Redisson owner %s:1 taken for a dead dlock waiter", java)
+	}
+	if err := m.kind.(*fairKind).leave(ctx, request{owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+}
