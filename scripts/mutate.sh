@@ -443,7 +443,7 @@ m "fair: the head of a free lock not named for a check" internal/scripts/fair_ac
 # A Redisson waiter has no record by design: it keeps Redisson's timeout.
 m "fair: a Java waiter pruned as a dead dlock one" clientinfo.go \
   'if !ok || id == c.id {' \
-  'if id == c.id {' \
+  'if ok && id == c.id {' \
   . '^(TestFairDeadWaiterSkipped|TestFairLiveWaiterNotTakenForDead)$'
 # A live dlock waiter, whose record is there, is never pruned.
 m "fair: a live dlock waiter pruned" clientinfo.go \
