@@ -481,6 +481,16 @@ m "top: read-write waiters counted on the Mutex's channel" cmd/dlock/cmd_top.go 
   'if st.Kind == "rwlock" {' \
   'if st.Kind == "rw" {' \
   ./cmd/dlock '^(TestTopReadWrite)$'
+# dlock status says a dlock waiter whose holder record is gone is gone.
+m "status: a gone dlock waiter shown as unknown" cmd/dlock/holders.go \
+  'w.Gone = dlockOwner && w.Client == nil && w.clientErr == ""' \
+  'w.Gone = false && dlockOwner && w.Client == nil && w.clientErr == ""' \
+  ./cmd/dlock '^(TestStatusNamesWaiters|TestClearQueue)$'
+# dlock list and top show a free fair lock that has a queue.
+m "list: a lock with only a queue not listed" cmd/dlock/cmd_list.go \
+  'if st.Locked || len(st.Queue) > 0 {' \
+  'if st.Locked {' \
+  ./cmd/dlock '^(TestClearQueue)$'
 # The batcher keeps at most maxOnWire (2) batches or lone scripts of a
 # Client on the wire; the others wait and go out together.
 m "batch: a third batch on the wire" internal/transport/batch.go \

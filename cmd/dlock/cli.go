@@ -25,6 +25,7 @@ Usage:
   dlock list [flags] [PATTERN]               list the locks whose name matches PATTERN (default *)
   dlock top [flags] [PATTERN]                a live view of those locks, most waited-for first
   dlock unlock --force [--yes] [flags] NAME  delete lock NAME whoever holds it
+  dlock clear-queue [--yes] [flags] NAME     delete fair lock NAME's waiting queue
   dlock demo [flags]                         a live demo on a throwaway redis-server
   dlock version [--json]                     print version information (also --version, -V)
   dlock help [COMMAND | TOPIC]               show the help of COMMAND, or of TOPIC:
@@ -119,6 +120,7 @@ func commands() []command {
 		{"list", listUsage, (*cli).listCmd},
 		{"top", topUsage, (*cli).topCmd},
 		{"unlock", unlockUsage, (*cli).unlockCmd},
+		{"clear-queue", clearQueueUsage, (*cli).clearQueueCmd},
 		{"demo", demoUsage, (*cli).demoCmd},
 		{"version", versionUsage, (*cli).versionCmd},
 	}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,8 +22,9 @@ so listing does not block Redis; on a cluster every master is scanned. A
 lock is a hash whose fields are owners ("<uuid>:<n>") with hold counts (and
 a read-write lock's mode), so locks taken by Redisson (Java) are listed too.
 HELD BY is the first holder's program, host and pid as its dlock Client
-recorded them, or "unknown (another client)".
-A fair lock that is free but has waiters is not listed; dlock status shows it.
+recorded them, or "unknown (another client)". A fair lock that is free
+but has a queue is listed as "free, N waiting" (dlock status names the
+waiters).
 Permit semaphores with permits held (dlock run --permits) are listed too,
 as "N of M permits" in use, the shortest lease left, and holders unknown:
 a permit records no owner.
@@ -123,12 +125,20 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 	return nil
 }
 
-// listLocks finds the locks whose name matches pattern, sorted by name.
+// listLocks finds the locks whose name matches pattern, sorted by name:
+// those held, and the free fair locks that have a queue.
 func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]lockState, error) {
 	names, err := scanHashes(ctx, rdb, pattern)
 	if err != nil {
 		return nil, err
 	}
+	queued, err := scanQueues(ctx, rdb, pattern)
+	if err != nil {
+		return nil, err
+	}
+	names = append(names, queued...)
+	slices.Sort(names)
+	names = slices.Compact(names)
 	locks := []lockState{}
 	for _, name := range names {
 		st, err := inspect(ctx, rdb, name)
@@ -138,11 +148,54 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) (
 		if err != nil {
 			return nil, err
 		}
-		if st.Locked {
+		if st.Locked || len(st.Queue) > 0 {
 			locks = append(locks, st)
 		}
 	}
 	return locks, nil
+}
+
+// scanQueues returns the names matching pattern of the fair locks that
+// have a queue (redisson_lock_queue:{name}, a list).
+func scanQueues(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	keys, err := scanType(ctx, rdb, layout.QueuePrefix+":*", "list")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, key := range keys {
+		name := queueName(key)
+		if name != "" && globMatch(pattern, name) {
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// queueName is the lock whose fair queue key is, or "".
+func queueName(key string) string {
+	rest, ok := strings.CutPrefix(key, layout.QueuePrefix+":")
+	if !ok || rest == "" {
+		return ""
+	}
+	name := rest
+	if inner, ok := strings.CutPrefix(rest, "{"); ok {
+		if inner, ok := strings.CutSuffix(inner, "}"); ok && !strings.ContainsAny(inner, "{}") {
+			name = inner
+		}
+	}
+	if layout.Prefixed(layout.QueuePrefix, name) != key {
+		return ""
+	}
+	return name
+}
+
+// leaseText is the LEASE LEFT of list and TTL of top: "-" for a free lock.
+func leaseText(st lockState) string {
+	if st.TTL == nil {
+		return "-"
+	}
+	return durationText(*st.TTL)
 }
 
 // listLocksAndSemaphores is listLocks plus the permit semaphores with
@@ -190,7 +243,7 @@ func printList(w io.Writer, pattern string, locks []lockState) {
 		if st.Mode != "" {
 			kind += " (" + st.Mode + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, kind, holderSummary(st), durationText(*st.TTL), heldBy(st, now))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.Name, kind, holderSummary(st), leaseText(st), heldBy(st, now))
 	}
 	_ = tw.Flush()
 }
@@ -227,8 +280,10 @@ func holderSummary(st lockState) string {
 				parts = append(parts, fmt.Sprintf("%d %s", roles[r], r))
 			}
 		}
-	} else {
+	} else if len(st.Holders) > 0 {
 		parts = append(parts, fmt.Sprint(len(st.Holders)))
+	} else {
+		parts = append(parts, "free")
 	}
 	if n := st.waiting(); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d waiting", n))

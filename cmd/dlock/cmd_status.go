@@ -16,10 +16,13 @@ Shows lock NAME as Redis has it: its kind (mutex, fair, rwlock), who holds
 it and how many times, the lease left, a read-write lock's mode and
 readers, a fair lock's queue with each waiter's deadline, and the last
 fencing token issued. Locks taken by Redisson (Java) show the same way.
-CLIENT is what a dlock holder's Client recorded about itself: program
-(and label: dlock run's command), host, pid and when it started; for
-Redisson, or a dlock holder whose record is gone, "unknown (another
-client)".
+CLIENT is what a dlock holder's or waiter's Client recorded about itself:
+program (and label: dlock run's command), host, pid and when it started;
+for Redisson, or a dlock holder whose record is gone, "unknown (another
+client)". A dlock waiter whose record is gone shows as "gone": its process
+died (its record expires with its watchdog timeout) or closed, and the
+next attempt of another dlock waiter takes it out of the queue. A stuck
+queue can be cleared with dlock clear-queue.
 
 A semaphore (the string NAME, with a permit semaphore's "{NAME}:timeout"
 set, as dlock run --permits and Redisson write them) shows as one: permits
@@ -206,9 +209,10 @@ func printStatus(w io.Writer, st lockState) {
 	if len(st.Queue) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "#\tWAITING\tDEADLINE\n")
+		fmt.Fprintf(tw, "#\tWAITING\tDEADLINE\tCLIENT\n")
+		now := time.Now()
 		for i, q := range st.Queue {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", strconv.Itoa(i+1), q.Owner, deadlineText(q))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strconv.Itoa(i+1), q.Owner, deadlineText(q), q.clientText(now))
 		}
 		_ = tw.Flush()
 	}

@@ -296,7 +296,9 @@ func printTop(w io.Writer, pattern string, view []topServer, now time.Time) {
 		}
 		held, waiting := 0, int64(0)
 		for _, l := range srv.Locks {
-			held++
+			if l.Locked {
+				held++
+			}
 			waiting += l.Waiters
 		}
 		fmt.Fprintf(w, "dlock top - %s - %s - pattern %q: %s held, %s\n\n",
@@ -312,7 +314,7 @@ func printTop(w io.Writer, pattern string, view []topServer, now time.Time) {
 			if l.Mode != "" {
 				kind += " (" + l.Mode + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", l.Name, kind, holderText(l.lockState), l.Holds, durationText(*l.TTL), l.Waiters, heldBy(l.lockState, now))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", l.Name, kind, holderText(l.lockState), l.Holds, leaseText(l.lockState), l.Waiters, heldBy(l.lockState, now))
 		}
 		_ = tw.Flush()
 	}

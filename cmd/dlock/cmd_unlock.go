@@ -13,7 +13,9 @@ var unlockUsage = `Usage: dlock unlock --force [--yes] [flags] NAME
 Deletes lock NAME whoever holds it, and wakes its waiters: for a lock whose
 holder is stuck or gone (a crashed holder's lock also frees itself when its
 lease runs out). The holders are not told until their next renewal or
-unlock: a dlock run holding it stops its COMMAND then. Asks for
+unlock: a dlock run holding it stops its COMMAND then. A fair lock's
+queue stays, so that its waiters take the lock in order; dlock
+clear-queue deletes a queue held up by waiters that are gone. Asks for
 confirmation on stdin unless --yes is given; the question names the
 holders, with the program, host and pid their dlock Clients recorded.
 
@@ -78,6 +80,9 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 	}
 	if !st.Locked {
 		fmt.Fprintf(c.stdout, "lock %q is not held; nothing to unlock\n", name)
+		if n := len(st.Queue); n > 0 {
+			fmt.Fprintf(c.stdout, "%s in its queue: dlock clear-queue %s deletes the queue\n", plural(int64(n), "waiter"), shellQuote(name))
+		}
 		return nil
 	}
 	if !a.yes && !c.confirm(question(st)) {

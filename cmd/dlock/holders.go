@@ -54,8 +54,8 @@ func addClients(ctx context.Context, rdbs []redis.UniversalClient, locks []lockS
 		cmds := map[string]*redis.MapStringStringCmd{}
 		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, st := range locks {
-				for _, h := range st.Holders {
-					id := clientID(h.Owner)
+				for _, owner := range st.owners() {
+					id := clientID(owner)
 					if found[id] == nil && cmds[id] == nil {
 						cmds[id] = p.HGetAll(ctx, layout.ClientRecordPrefix+id)
 					}
@@ -85,7 +85,27 @@ func addClients(ctx context.Context, rdbs []redis.UniversalClient, locks []lockS
 			id := clientID(h.Owner)
 			h.Client, h.clientErr = found[id], refused[id]
 		}
+		for j := range locks[i].Queue {
+			w := &locks[i].Queue[j]
+			id := clientID(w.Owner)
+			w.Client, w.clientErr = found[id], refused[id]
+			_, dlockOwner := layout.OwnerClientID(w.Owner)
+			w.Gone = dlockOwner && w.Client == nil && w.clientErr == ""
+		}
 	}
+}
+
+// owners is everyone whose record addClients reads: the holders and the
+// fair queue's waiters.
+func (st lockState) owners() []string {
+	var owners []string
+	for _, h := range st.Holders {
+		owners = append(owners, h.Owner)
+	}
+	for _, w := range st.Queue {
+		owners = append(owners, w.Owner)
+	}
+	return owners
 }
 
 // parseRecord reads a holder record's fields; nil when there is no record,
@@ -109,10 +129,27 @@ func parseRecord(f map[string]string) *clientInfo {
 // short (list: when it started only as an age), or why it is unknown.
 // Text from Redis is printed with control characters escaped.
 func (h holder) clientText(now time.Time, long bool) string {
-	ci := h.Client
+	return describeClient(h.Client, h.clientErr, now, long)
+}
+
+// goneWaiter is what a dlock waiter whose holder record is gone is.
+const goneWaiter = "gone (no holder record: its process died or closed; the next dlock waiter drops it)"
+
+// clientText describes a waiter as holder.clientText does a holder, or
+// says that a dlock waiter is gone.
+func (w waiter) clientText(now time.Time) string {
+	if w.Gone {
+		return goneWaiter
+	}
+	return describeClient(w.Client, w.clientErr, now, true)
+}
+
+// describeClient is clientText of a holder or waiter whose record is ci,
+// or which Redis refused to read with clientErr.
+func describeClient(ci *clientInfo, clientErr string, now time.Time, long bool) string {
 	if ci == nil {
-		if h.clientErr != "" {
-			return "unknown (record not readable: " + printable(firstLine(h.clientErr)) + ")"
+		if clientErr != "" {
+			return "unknown (record not readable: " + printable(firstLine(clientErr)) + ")"
 		}
 		return unknownHolder
 	}

@@ -20,8 +20,9 @@ type lockState struct {
 	Name   string `json:"name"`
 	Locked bool   `json:"locked"`
 	// Kind is "mutex", "fair" or "rwlock"; "" for a free lock with no
-	// queue. A fair lock nobody waits for has a mutex's layout and shows
-	// as one.
+	// queue. A fair lock nobody waits for has a mutex's layout (Redisson
+	// deletes an empty queue), so status, list and top all show it as a
+	// mutex.
 	Kind string `json:"kind,omitempty"`
 	// Mode is a read-write lock's mode: "read" or "write".
 	Mode string `json:"mode,omitempty"`
@@ -69,6 +70,16 @@ type waiter struct {
 	Deadline int64 `json:"deadline_ms"`
 	// In is Deadline minus Redis's current time, in milliseconds.
 	In int64 `json:"deadline_in_ms"`
+	// Client is what the waiter's dlock Client wrote about itself, as for
+	// a holder (addClients); absent for a Redisson waiter, which writes
+	// no record, and for a dead dlock waiter.
+	Client *clientInfo `json:"client,omitempty"`
+	// Gone is set for a dlock waiter whose Client's record is gone: its
+	// process died or closed, and the next attempt of another dlock
+	// waiter takes it out of the queue.
+	Gone bool `json:"gone,omitempty"`
+	// clientErr is why the record could not be read, if Redis refused.
+	clientErr string
 }
 
 // errNotALock reports a key that exists but is not a lock.

@@ -1,0 +1,119 @@
+package main
+
+// dlock clear-queue exists for the queue nobody drains: a fair lock's
+// waiters (the list redisson_lock_queue:{NAME} and the zset
+// redisson_lock_timeout:{NAME}) live without a TTL, and a dead Redisson
+// waiter holds the queue up until its deadline (5 minutes by default).
+// unlock --force deletes the lock, not the queue, so that live waiters
+// keep their order; this command deletes the queue and leaves the lock.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/layout"
+)
+
+var clearQueueUsage = `Usage: dlock clear-queue [--yes] [flags] NAME
+
+Deletes the waiting queue of fair lock NAME (its redisson_lock_queue and
+redisson_lock_timeout keys) and leaves the lock itself as it is: for a
+queue held up by waiters that are gone. A dlock waiter whose process died
+leaves the queue by itself within its watchdog timeout (30 s; 10 s for
+dlock run and hold); a Redisson (Java) one only at its deadline, the fair
+wait timeout (5 min by default) after the lock was freed. Live waiters,
+dlock and Redisson alike, join the queue again at their next attempt, at
+its tail, so their order is lost. Asks for confirmation on stdin unless
+--yes is given; the question names the waiters, with the program, host
+and pid their dlock Clients recorded. To delete the lock, see dlock unlock.
+
+Flags:
+  --yes         do not ask
+  --redis URL   the Redis deployment
+
+` + seeHelp
+
+// clearQueueArgs is a parsed dlock clear-queue command line.
+type clearQueueArgs struct {
+	eps  []endpoint
+	name string
+	yes  bool
+}
+
+// parseClearQueue reads the command line of dlock clear-queue without
+// acting on it.
+func (c *cli) parseClearQueue(args []string) (clearQueueArgs, error) {
+	fs := newFlagSet("clear-queue")
+	conn := addConnFlags(fs)
+	var a clearQueueArgs
+	fs.BoolVar(&a.yes, "yes", false, "")
+	pos, err := c.parse(fs, clearQueueUsage, args)
+	if err != nil {
+		return a, err
+	}
+	if len(pos) != 1 {
+		return a, usageError("clear-queue: one lock NAME expected, got %d arguments; usage: dlock clear-queue [--yes] NAME", len(pos))
+	}
+	a.name = pos[0]
+	a.eps, err = c.endpoints(conn)
+	return a, err
+}
+
+func (c *cli) clearQueueCmd(ctx context.Context, args []string) error {
+	a, err := c.parseClearQueue(args)
+	if err != nil {
+		return err
+	}
+	name := a.name
+	s, states, err := c.openAndInspect(ctx, "clear-queue", a.eps, name)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	queue, deadlines := layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)
+	// On several servers (RedLock) each one's queue goes.
+	waiting := 0
+	for _, st := range states {
+		waiting += len(st.Queue)
+	}
+	if waiting == 0 {
+		// A queue list gone with its deadlines left behind is deleted
+		// too, without asking: it holds nobody.
+		for _, rdb := range s.rdbs {
+			if err := rdb.Del(ctx, queue, deadlines).Err(); err != nil {
+				return redisError(fmt.Sprintf("clear-queue %q", name), err)
+			}
+		}
+		fmt.Fprintf(c.stdout, "lock %q has no waiters; nothing to clear\n", name)
+		return nil
+	}
+	if !a.yes && !c.confirm(queueQuestion(name, states)) {
+		return exitf(exitFailure, "clear-queue: not confirmed; the queue of %q left as it is", name)
+	}
+	for _, rdb := range s.rdbs {
+		// Both keys are in the lock's slot: one DEL, on a cluster too.
+		if err := rdb.Del(ctx, queue, deadlines).Err(); err != nil {
+			return redisError(fmt.Sprintf("clear-queue %q", name), err)
+		}
+	}
+	fmt.Fprintf(c.stdout, "cleared the queue of %q (%s)\n", name, plural(int64(waiting), "waiter"))
+	return nil
+}
+
+// queueQuestion is the clear-queue prompt: the waiters, a line each, with
+// what their dlock Clients recorded about themselves.
+func queueQuestion(name string, states []lockState) string {
+	now := time.Now()
+	var b strings.Builder
+	n := 0
+	for _, st := range states {
+		for _, w := range st.Queue {
+			n++
+			fmt.Fprintf(&b, "  %s: %s\n", w.Owner, w.clientText(now))
+		}
+	}
+	fmt.Fprintf(&b, "Delete the queue of %q, %s? [y/N] ", name, plural(int64(n), "waiter"))
+	return b.String()
+}
