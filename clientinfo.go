@@ -36,6 +36,10 @@ import (
 // that costs one command per Client every ten seconds (by default), never
 // one per lock.
 //
+// The record also tells a dead fair waiter: a FairMutex waiter takes a
+// dlock owner ahead of it whose record is gone out of the queue (fair.go),
+// instead of waiting out the fair wait timeout.
+//
 // The record is never required: when it cannot be written (an ACL without
 // its key pattern, an outage) locks work as before, the failure is logged
 // once, and tools show the holder as unknown.

@@ -19,8 +19,11 @@ import (
 //
 // Lock joins the queue; TryLock never does, and fails while anyone is
 // queued. A waiter whose ctx ends leaves the queue at once, and the
-// waiters behind it move up without their deadlines drifting. A waiter
-// whose process died is skipped once its deadline has passed: at most the
+// waiters behind it move up without their deadlines drifting. A dlock
+// waiter whose process died leaves once its Client's holder record is
+// gone (at most the watchdog timeout after it died): the next attempt of
+// a waiter behind it, or a TryLock, takes it out. A Redisson waiter, which
+// writes no record, is skipped once its deadline has passed: at most the
 // fair wait timeout (WithFairWaitTimeout, default 5 min) after the lock was
 // freed. A live waiter keeps its place however long the holder holds the
 // lock, because each attempt pushes its deadline forward; a waiting Lock
