@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/redis/go-redis/v9"
 )
 
 // queueDead puts a waiter of c in the fair queue of name the way a process
@@ -44,20 +45,32 @@ func stopRecord(c *Client) {
 // TestFairDeadDlockWaiterLeaves: a dlock waiter dies while queued (its
 // Client has a 3 s watchdog, so its record lives 3 s); the holder unlocks.
 // The live waiter behind it gets the lock within a few seconds, not the
-// fair wait timeout (5 min), and the queue keys are gone afterwards.
+// fair wait timeout (5 min), and the queue keys are gone afterwards. On a
+// cluster too, where the record is in another slot than the lock.
 func TestFairDeadDlockWaiterLeaves(t *testing.T) {
+	t.Run("single", func(t *testing.T) { deadDlockWaiterLeaves(t, func() redis.UniversalClient { return nil }) })
+	t.Run("cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a cluster")
+		}
+		cl := sharedCluster(t)
+		deadDlockWaiterLeaves(t, func() redis.UniversalClient { return newClusterRedis(t, cl, 5*time.Second) })
+	})
+}
+
+func deadDlockWaiterLeaves(t *testing.T, open func() redis.UniversalClient) {
 	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
-	holder := mustFair(t, newClient(t, nil), name)
+	holder := mustFair(t, newClient(t, open()), name)
 	held := mustLock(t, ctx, holder)
 
-	dead := newClient(t, nil, WithWatchdogTimeout(3*time.Second))
+	dead := newClient(t, open(), WithWatchdogTimeout(3*time.Second))
 	owner := queueDead(t, ctx, dead, name)
 	record := layout.ClientRecordPrefix + dead.ID()
 	if n := dead.rdb.Exists(ctx, record).Val(); n != 1 {
 		t.Fatalf("the queued waiter's record %s is not there", record)
 	}
-	live := mustFair(t, newClient(t, nil), name)
+	live := mustFair(t, newClient(t, open()), name)
 	_, got := fairWaiter(t, ctx, live, 2)
 
 	stopRecord(dead) // the waiter's process dies
