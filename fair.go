@@ -123,7 +123,10 @@ func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" +
 //
 // A waiting attempt first waits for this Client's own record to be
 // written (once per Client), so that no one takes this waiter for dead
-// before its record is there.
+// before its record is there. With WithReplicaSync, every run shares
+// r.check, which keeps the first shortfall: an attempt that joined the
+// queue unreplicated and then got the lock past a dead waiter reports
+// it, as the engine then gives the lock back (the safe side).
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	if r.wait {
 		k.c.record.await(ctx, k.c.done)

@@ -33,7 +33,8 @@ its waiters; Redisson likewise). dlock status and list count the same. HOLDER is
 "<client id>:<n>", its client id cut to 8 digits (--once --json has it
 whole). HELD BY is what that holder's dlock Client recorded about itself
 (program, host, pid, start) and how many other owners hold the lock, as
-in dlock list.
+in dlock list. A free fair lock that has a queue is shown too, with
+HOLDER and TTL "-".
 
 Flags:
   --interval D  time between refreshes (default 1s)
