@@ -155,3 +155,44 @@ func TestFairLiveWaiterNotTakenForDead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFairJoinsAfterRecord: a Client's first waiting attempt does not join
+// the queue before the Client's holder record has been written, so that no
+// other waiter checking it then finds it without one and drops it.
+func TestFairJoinsAfterRecord(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+	defer func() { _ = holder.Unlock(held) }()
+
+	c := newClient(t, nil)
+	// As if the record's first write were still on its way.
+	c.record.started.Store(true)
+	c.record.wrote = make(chan struct{})
+	m := mustFair(t, c, name)
+	owner := c.newOwner()
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.kind.(*fairKind).attempt(ctx, request{owner: owner, lease: time.Second, wait: true})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the attempt returned (%v) before the record was written", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if q := fairQueue(t, c.rdb, name); len(q) != 0 {
+		t.Fatalf("queued %v before the record was written", q)
+	}
+	close(c.record.wrote)
+	if err := recv(t, done, 10*time.Second, "the attempt after the record's write"); err != nil {
+		t.Fatal(err)
+	}
+	if q := fairQueue(t, c.rdb, name); len(q) != 1 || q[0] != owner {
+		t.Errorf("queue %v, want %s", q, owner)
+	}
+	if err := m.kind.(*fairKind).leave(ctx, request{owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -440,6 +440,11 @@ m "fair: the head of a free lock not named for a check" internal/scripts/fair_ac
   "if redis.call('exists', KEYS[1]) == 0 or redis.call('lindex', KEYS[2], 1) == owner then" \
   "if redis.call('lindex', KEYS[2], 1) == owner then" \
   . '^(TestFairTryLockPastDeadWaiter)$'
+# A waiter joins the queue only once its Client's record is written.
+m "fair: joins the queue before its record is written" fair.go \
+  '		k.c.record.await(ctx, k.c.done)' \
+  '		_ = k.c.done' \
+  . '^(TestFairJoinsAfterRecord)$'
 # A Redisson waiter has no record by design: it keeps Redisson's timeout.
 m "fair: a Java waiter pruned as a dead dlock one" clientinfo.go \
   'if !ok || id == c.id {' \
