@@ -116,9 +116,8 @@ func (w *waiter) result(err error) (context.Context, error) {
 // its hold was taken with: one hash key has one expiry, and another lease
 // would shorten or stretch the outer holds' lease behind their back.
 func (h *handle) request(ctx context.Context, try bool) (request, error) {
-	if k, ok := h.kind.(selfKept); ok { // each acquisition its own owner: no re-entry
-		owner, err := k.newOwner()
-		return request{owner: owner, fresh: true, lease: h.lease(), wait: !try}, err
+	if _, ok := h.kind.(selfKept); ok { // each attempt makes its own owner: no re-entry
+		return request{fresh: true, lease: h.lease(), wait: !try}, nil
 	}
 	owner, ok := ownerFrom(ctx, h.c)
 	if !ok {
@@ -154,6 +153,16 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, error) {
 	h, req := w.h, w.req
 	w.req.fresh = false // an attempt may leave background work on the owner's hold
+	if k, ok := h.kind.(selfKept); ok {
+		// An owner per attempt: what an earlier attempt may have taken is
+		// given back apart, and a later one never finds it.
+		owner, err := k.newOwner()
+		if err != nil {
+			return false, attemptResult{}, err
+		}
+		req.owner = owner
+		w.req = req
+	}
 	if first && w.hands {
 		switch d, how := h.busyHere(req.owner); how {
 		case heldHere:

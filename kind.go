@@ -58,9 +58,10 @@ type leaver interface {
 // selfKept is implemented by kinds whose acquisitions the kind keeps
 // itself, outside the hold registry (a PermitSemaphore's permits: each is
 // an entry of the lease keeper of its own). newOwner makes the owner of
-// each acquisition (a permit's id), so there is no re-entry and ctx's
-// owner is not used; keep records one that was acquired by a request sent
-// at start and returns its context (the permit context). Everything else
+// each attempt (a permit's id), so there is no re-entry, ctx's owner is
+// not used, and what a failed attempt may have taken is given back apart
+// from the next attempt's; keep records one that was acquired by a request
+// sent at start and returns its context (the permit context). Everything else
 // (sending, giving back, late replies, replica sync, waiting, observers)
 // the engine does as for any kind.
 type selfKept interface {
@@ -70,8 +71,9 @@ type selfKept interface {
 
 // patient is implemented by kinds whose waiting acquisitions go on trying
 // while Redis does not answer (a failover or a restart under way), for up
-// to patience, rather than return the first such error: their attempts
-// are safe to repeat, each giving back what it may have taken.
+// to patience, rather than return the first such error, and poll through
+// a sleep whose subscription failed: their attempts are safe to repeat,
+// each giving back what it may have taken.
 type patient interface {
 	patience() time.Duration
 }

@@ -266,6 +266,10 @@ func (w *waiter) wakeUps(ctx context.Context) (<-chan struct{}, error) {
 	case errors.Is(err, pubsub.ErrClosed):
 		return nil, ErrClosed // Close raced this Lock
 	}
+	if _, ok := h.kind.(patient); ok { // it outlasts a failover: poll this sleep
+		h.c.cfg.logger.Warn("dlock: subscribing failed; polling meanwhile", "lock", h.name, "error", err)
+		return nil, nil
+	}
 	h.leave(w.req)
 	return nil, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
 }
