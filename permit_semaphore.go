@@ -442,12 +442,11 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err != nil || len(raw) != 16 {
 		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
 	}
-	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, raw)
-	n, err := cmd.Int()
-	if err != nil {
+	res, short, err := s.release(context.WithoutCancel(ctx), string(raw))
+	switch {
+	case err != nil:
 		return fmt.Errorf("dlock: semaphore %q: release %s: %w", s.name, id, err)
-	}
-	if n == 0 {
+	case res == notHeld:
 		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
 	}
 	if short != nil {
