@@ -17,7 +17,10 @@ import (
 
 // What the synchronizers (Semaphore, PermitSemaphore, CountDownLatch)
 // share: checks, script calls (on the Client's transport, as lock scripts
-// run), and waiting by pub/sub with a bounded poll.
+// run), and what a Semaphore's Acquire and a latch's Await contribute to
+// the one acquire loop (acquire.go): syncWait, waiting by pub/sub with a
+// bounded poll. A PermitSemaphore's Acquire runs in that loop as a lock
+// kind does (psemKind, permit_semaphore.go).
 
 // syncPoll bounds how long a waiting Acquire or Await sleeps without a
 // message before it tries again. Messages can be lost (a reconnect, a

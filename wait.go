@@ -13,10 +13,11 @@ import (
 // Waiting, for every primitive: a sleeper is the part every wait shares
 // (the subscription whose messages wake it and the timer that bounds each
 // sleep); a Lock's waiter adds its place in this Client's queue for the
-// lock, and a synchronizer's wait (synchronizer.go) an extra wake-up.
-// Between attempts a Lock's waiter sleeps until an unlock message, the end
-// of the current hold's lease, a hand-over from a release of this Client,
-// or the end of its ctx.
+// lock, and a synchronizer's syncWait (synchronizer.go) an extra wake-up.
+// Both are contenders of the one acquire loop (acquire.go). Between
+// attempts a Lock's waiter (a lock's, or a permit's) sleeps until an
+// unlock message, the end of the current hold's lease, a hand-over from a
+// release of this Client, or the end of its ctx.
 
 // pollNoExpiry is how often a waiter retries a lock whose key has no TTL
 // (not one dlock or Redisson wrote) when no unlock message comes.
