@@ -275,12 +275,17 @@ func permitReply(res string, err error) (attemptResult, error) {
 	return attemptResult{ttl: ttl, reason: errNoPermit}, nil
 }
 
-// release gives back the permit r.owner, with r.check's replica sync. A 0
-// (not held) to a command the Redis client sent twice answers the repeat:
-// the first run released it.
+// release gives back the permit r.owner (the engine's give-back).
 func (k psemKind) release(ctx context.Context, r request) (releaseResult, error) {
+	return k.releaseID(ctx, r.owner, nil)
+}
+
+// releaseID gives back the permit id, followed by chk's replica sync when
+// chk is set. A 0 (not held) to a command the Redis client sent twice
+// answers the repeat: the first run released it.
+func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check) (releaseResult, error) {
 	s := k.s
-	cmd, resent := s.c.tr.Run(ctx, r.check, scripts.PsemRelease.Script, s.keys(), nowMillis(time.Now()), s.c.publish, r.owner)
+	cmd, resent := s.c.tr.Run(ctx, chk, scripts.PsemRelease.Script, s.keys(), nowMillis(time.Now()), s.c.publish, id)
 	n, err := cmd.Int()
 	switch {
 	case err != nil:
@@ -373,7 +378,7 @@ func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseRe
 	if s.c.tr.Synced() {
 		chk = new(transport.Check)
 	}
-	res, err = s.h.kind.release(ctx, request{owner: id, check: chk})
+	res, err = psemKind{s}.releaseID(ctx, id, chk)
 	return res, chk.Failed(), gate.Saw(err)
 }
 
