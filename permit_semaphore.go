@@ -183,8 +183,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 // Waiting is push: the waiter subscribes to the semaphore's channel and
 // tries again on each message, when the earliest held permit expires, and
 // at least every second, so a lost message costs a second, never a hang.
-// An attempt whose reply was lost gives its permit back: the permit's id
-// is made here, so it can be. While Redis cannot be reached (the Client's
+// An attempt whose reply was lost, or came after the lease it set, gives
+// its permit back in the background, as a Lock does: each attempt's
+// permit id is made here, so it can be. While Redis cannot be reached (the Client's
 // reach gate is shut) Acquire waits for it as Lock does, as long as ctx
 // allows; while it does not answer (a timeout during a failover or a
 // restart) Acquire goes on trying for up to 30s before it returns the
