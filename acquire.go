@@ -5,16 +5,92 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/transport"
 )
 
-// acquire takes the lock for the owner in ctx (or a new owner), waiting
-// unless try is set. Each round is one attempt (waiter.attempt) and, while
-// another owner holds the lock, one sleep (waiter.sleep). Waiting is push:
-// the waiter subscribes to the lock's channel and sleeps until an unlock
-// message or until the current hold's lease runs out, whichever is first,
-// so a lost message costs at most one lease, never a hang. acquire returns
-// by ctx's deadline whatever Redis does: cleanup goes on in the background.
-func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context, err error) {
+// contender is what one call that may wait contributes to the acquire
+// loop: a Lock (waiter, wait.go: the lock kinds and a PermitSemaphore's
+// permits, through handle), a Semaphore's Acquire or a latch's Await
+// (syncWait, synchronizer.go: calls without a hold). The loop never asks
+// which one it runs.
+type contender interface {
+	// attempt makes one try. done: the call has what it waited for;
+	// otherwise res.ttl bounds the next sleep and res.reason says why the
+	// try failed, if the primitive says. first is set for the first try of
+	// a call that may wait.
+	attempt(ctx context.Context, first bool) (done bool, res attemptResult, err error)
+	// sleep waits after a try that was not done: until a wake-up, res.ttl
+	// or the end of ctx (an error). done: what the call waited for came
+	// during the sleep (a hand-over).
+	sleep(ctx context.Context, res attemptResult) (done bool, err error)
+	// busy is the error of a try that was not done, for a call that does
+	// not wait.
+	busy(res attemptResult) error
+	// gate is the reach gate a waiting call waits at while Redis cannot
+	// be reached.
+	gate() *transport.Gate
+	// outlast reports whether a waiting call goes on trying after err,
+	// its tries having failed without an answer for failing (a failover,
+	// a restart under way): the primitive's patience.
+	outlast(err error, failing time.Duration) bool
+	// observer is what the call reports to (nil: no observers).
+	observer() *lockObs
+	// end is called once when the call returns with err.
+	end(err error)
+}
+
+// retryPause is how long a waiting call that outlasts a failure without
+// an answer (contender.outlast) sleeps before its next try.
+const retryPause = 100 * time.Millisecond
+
+// acquire is the one acquire/wait loop of every primitive: each round is
+// one attempt and, while the primitive is taken (another owner holds the
+// lock, no permit is free, the latch is closed), one sleep. Waiting is
+// push: the sleep subscribes to the primitive's channel and lasts until a
+// message or until the attempt's ttl (the current hold's lease, a poll
+// bound), whichever is first, so a lost message costs at most that, never
+// a hang. While Redis cannot be reached, a waiting call waits at the reach
+// gate. acquire returns by ctx's deadline whatever Redis does: cleanup goes
+// on in the background.
+func acquire(ctx context.Context, c contender, try bool) (err error) {
+	defer func() { c.end(err) }()
+	var failing time.Time // since when attempts fail without an answer
+	for round := 0; ; round++ {
+		done, res, err := c.attempt(ctx, round == 0 && !try)
+		switch {
+		case done:
+			return nil
+		case errors.Is(err, ErrUnreachable) && !try && c.gate().Wait(ctx):
+			failing = time.Time{}
+			continue // Redis is back: try again at once
+		case err != nil && !try && c.outlast(err, since(&failing)):
+			res = attemptResult{ttl: retryPause, reason: err}
+		case err != nil:
+			return err
+		case try:
+			return c.busy(res)
+		default:
+			failing = time.Time{}
+		}
+		c.observer().sleeping(res)
+		if done, err := c.sleep(ctx, res); done || err != nil {
+			return err
+		}
+	}
+}
+
+// since returns how long ago *t was, setting it to now if it is zero.
+func since(t *time.Time) time.Duration {
+	if t.IsZero() {
+		*t = time.Now()
+	}
+	return time.Since(*t)
+}
+
+// waiter returns the contender of a Lock or TryLock on h with ctx: its
+// request (the owner in ctx or a new one), its sleeper and its observer.
+func (h *handle) waiter(ctx context.Context, try bool) (*waiter, error) {
 	if err := h.check(ctx); err != nil {
 		return nil, err
 	}
@@ -22,39 +98,17 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 	if err != nil {
 		return nil, err
 	}
-	w := waiter{sleeper: sleeper{hub: h.c.hub}, h: h, req: req, hands: h.handsOver(req)}
-	defer w.stop()
-	ob := h.c.observeLock(ctx, h, try) // observe.go; nil without observers
-	defer func() { ob.done(lockCtx, err) }()
-	for round := 0; ; round++ {
-		lockCtx, res, err := w.attempt(ctx, round == 0 && !try)
-		w.req.fresh = false // an attempt may leave background work on the owner's hold
-		switch {
-		case lockCtx != nil:
-			w.acquired = true
-			return lockCtx, nil
-		case errors.Is(err, ErrUnreachable) && !try && reachGate(h.c, h.kind).Wait(ctx):
-			continue // Redis is back: try again at once
-		case err != nil:
-			return nil, err
-		case try:
-			return nil, notObtained(h.name, res.reason)
-		}
-		ob.sleeping(res)
-		g, err := w.sleep(ctx, res)
-		switch {
-		case err != nil:
-			return nil, err
-		case g.ok && time.Since(g.start) >= validity(h.kind, req.lease):
-			grace(h.giveBack(req)) // handed over too late to be worth anything: try again
-		case g.ok: // handed over by a release of this Client
-			lockCtx, err := h.register(ctx, req, g.token, g.start)
-			if err != nil {
-				grace(h.giveBack(req))
-			}
-			return lockCtx, err
-		}
+	w := &waiter{sleeper: sleeper{hub: h.c.hub}, h: h, req: req, hands: h.handsOver(req)}
+	w.ob = h.c.observeLock(ctx, h, try) // observe.go; nil without observers
+	return w, nil
+}
+
+// result is what a Lock whose loop ended with err returns.
+func (w *waiter) result(err error) (context.Context, error) {
+	if err != nil {
+		return nil, err
 	}
+	return w.lockCtx, nil
 }
 
 // request returns the request of a Lock or TryLock with ctx: the owner in
@@ -62,6 +116,9 @@ func (h *handle) acquire(ctx context.Context, try bool) (lockCtx context.Context
 // its hold was taken with: one hash key has one expiry, and another lease
 // would shorten or stretch the outer holds' lease behind their back.
 func (h *handle) request(ctx context.Context, try bool) (request, error) {
+	if _, ok := h.kind.(selfKept); ok { // each attempt makes its own owner: no re-entry
+		return request{fresh: true, lease: h.lease(), wait: !try}, nil
+	}
 	owner, ok := ownerFrom(ctx, h.c)
 	if !ok {
 		// A new owner has no hold, no background work and no place in
@@ -80,11 +137,11 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 }
 
 // attempt makes one attempt for the waiter's request and, when it
-// succeeds, registers the hold and returns its lock context; when another
-// owner holds the lock it returns the attempt's result for the wait. It
-// reads in three steps: enter (a re-entry, or wait for background work on
-// the owner's earlier hold), send (the script, on this goroutine or
-// aside), settle (what the reply means).
+// succeeds, registers the hold and keeps its lock context (done); when
+// another owner holds the lock it returns the attempt's result for the
+// wait. It reads in three steps: enter (a re-entry, or wait for background
+// work on the owner's earlier hold), send (the script, on this goroutine
+// or aside), settle (what the reply means).
 //
 // The first attempt of a Lock on a lock that hands over and that this
 // Client is busy with already skips Redis and goes straight to waiting its
@@ -93,20 +150,31 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 // When other Locks of this Client wait for it, subscribed, they are ahead,
 // and a release reaches this Lock through them: the Lock joins them
 // without the attempt that follows a new subscription.
-func (w *waiter) attempt(ctx context.Context, first bool) (context.Context, attemptResult, error) {
+func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, error) {
 	h, req := w.h, w.req
+	w.req.fresh = false // an attempt may leave background work on the owner's hold
+	if k, ok := h.kind.(selfKept); ok {
+		// An owner per attempt: what an earlier attempt may have taken is
+		// given back apart, and a later one never finds it.
+		owner, err := k.newOwner()
+		if err != nil {
+			return false, attemptResult{}, err
+		}
+		req.owner = owner
+		w.req = req
+	}
 	if first && w.hands {
 		switch d, how := h.busyHere(req.owner); how {
 		case heldHere:
-			return nil, attemptResult{ttl: max(d, time.Millisecond)}, nil
+			return false, attemptResult{ttl: max(d, time.Millisecond)}, nil
 		case waitedHere:
 			w.joined = true
-			return nil, attemptResult{ttl: d}, nil
+			return false, attemptResult{ttl: d}, nil
 		}
 	}
 	hd, err := h.enter(ctx, &req)
 	if err != nil {
-		return nil, attemptResult{}, h.gaveUp(ctx, req, w.last)
+		return false, attemptResult{}, h.gaveUp(ctx, req, w.last)
 	}
 	done := func() {} // called once the attempt has finished
 	if hd != nil {
@@ -123,7 +191,8 @@ func (w *waiter) attempt(ctx context.Context, first bool) (context.Context, atte
 	if !left {
 		defer done()
 	}
-	return h.settle(ctx, req, hd, start, res, err, w.last)
+	w.lockCtx, res, err = h.settle(ctx, req, hd, start, res, err, w.last)
+	return w.lockCtx != nil, res, err
 }
 
 // settle is what the reply to an attempt sent at start means: an error

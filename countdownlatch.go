@@ -129,7 +129,7 @@ func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 	// first of them to see the latch open closes for the others.
 	g := l.c.latches.enter(l.name)
 	defer l.c.latches.leave(l.name, g)
-	err = wait(ctx, l.c, l.channel, g.open, ob.sleeps(func() (bool, time.Duration, error) {
+	err = acquire(ctx, newSyncWait(l.c, l.channel, g.open, ob, func() (bool, time.Duration, error) {
 		select {
 		case <-g.open:
 			return true, 0, nil
@@ -147,7 +147,7 @@ func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 			return true, 0, nil
 		}
 		return false, 0, nil
-	}))
+	}), false)
 	if errors.Is(err, errGaveUp) {
 		return fmt.Errorf("dlock: latch %q: await: %w", l.name, ctxErr(ctx))
 	}

@@ -36,9 +36,11 @@ var (
 
 	// ErrNotReplicated is returned by Lock and TryLock on a Client made
 	// with WithReplicaSync when the acquisition was not acknowledged by
-	// enough replicas in time: the lock was given back, since a failover
-	// could have lost it. The synchronizers' writes report it too (see
-	// WithReplicaSync for what each one leaves behind).
+	// enough replicas in time: the lock (or the permit) was given back,
+	// since a failover could have lost it. The synchronizers' writes report
+	// it too (see WithReplicaSync for what each one leaves behind). Its
+	// text says "write", since it may be a lock's, a permit's or a
+	// synchronizer's.
 	ErrNotReplicated = transport.ErrNotReplicated
 
 	// ErrUpgrade is returned when the owner of a read lock asks for the

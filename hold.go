@@ -97,8 +97,12 @@ func Token(ctx context.Context) (token int64, ok bool) {
 // register records a successful acquisition by req.owner, sent at start,
 // and returns its lock context. The lease is counted from start, before
 // the command was sent, so the local deadline is never later than Redis's.
-// It fails only when the Client was closed meanwhile.
+// It fails only when the Client was closed meanwhile. A kind that keeps
+// its acquisitions itself (selfKept) records them instead.
 func (h *handle) register(ctx context.Context, req request, token int64, start time.Time) (context.Context, error) {
+	if k, ok := h.kind.(selfKept); ok {
+		return k.keep(ctx, req, start)
+	}
 	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	acq, err := h.c.holds.add(h, req, token, start, cancel)
 	if err != nil {

@@ -55,6 +55,29 @@ type leaver interface {
 	leave(ctx context.Context, r request) error
 }
 
+// selfKept is implemented by kinds whose acquisitions the kind keeps
+// itself, outside the hold registry (a PermitSemaphore's permits: each is
+// an entry of the lease keeper of its own). newOwner makes the owner of
+// each attempt (a permit's id), so there is no re-entry, ctx's owner is
+// not used, and what a failed attempt may have taken is given back apart
+// from the next attempt's; keep records one that was acquired by a request
+// sent at start and returns its context (the permit context). Everything else
+// (sending, giving back, late replies, replica sync, waiting, observers)
+// the engine does as for any kind.
+type selfKept interface {
+	newOwner() (string, error)
+	keep(ctx context.Context, req request, start time.Time) (context.Context, error)
+}
+
+// patient is implemented by kinds whose waiting acquisitions go on trying
+// while Redis does not answer (a failover or a restart under way), for up
+// to patience, rather than return the first such error, and poll through
+// a sleep whose subscription failed: their attempts are safe to repeat,
+// each giving back what it may have taken.
+type patient interface {
+	patience() time.Duration
+}
+
 // request is one call to a kind's script.
 type request struct {
 	owner string

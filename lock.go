@@ -81,13 +81,21 @@ func (h *handle) Name() string { return h.name }
 // ErrLockLost if the lock is lost first. When ctx ends first the error
 // wraps ErrNotObtained and ctx.Err().
 func (h *handle) Lock(ctx context.Context) (context.Context, error) {
-	return h.acquire(ctx, false)
+	w, err := h.waiter(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return w.result(acquire(ctx, w, false))
 }
 
 // TryLock makes one attempt to take the lock. When another owner holds it
 // the error wraps ErrNotObtained. Otherwise it is like Lock.
 func (h *handle) TryLock(ctx context.Context) (context.Context, error) {
-	return h.acquire(ctx, true)
+	w, err := h.waiter(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return w.result(acquire(ctx, w, true))
 }
 
 // ForceUnlock deletes the lock whoever holds it and wakes its waiters. It

@@ -267,8 +267,8 @@ func (c *Client) observeWait(ctx context.Context, l LockInfo, held any, got Outc
 	return o
 }
 
-// sleeping reports a sleep of the Lock after an attempt that found the
-// lock held: Wait.
+// sleeping reports a sleep of the call after an attempt that found the
+// lock (or the permits, or the latch) taken: Wait.
 func (o *lockObs) sleeping(res attemptResult) {
 	if o == nil {
 		return
@@ -283,21 +283,6 @@ func (o *lockObs) sleep(holderTTL time.Duration) {
 		if ob.Wait != nil {
 			ob.Wait(o.ctx, o.info, w)
 		}
-	}
-}
-
-// sleeps returns attempt, made to report a Wait each time it asks wait
-// (synchronizer.go) for a sleep; attempt itself when o is nil.
-func (o *lockObs) sleeps(attempt attemptFunc) attemptFunc {
-	if o == nil {
-		return attempt
-	}
-	return func() (bool, time.Duration, error) {
-		done, d, err := attempt()
-		if !done && err == nil {
-			o.sleep(d)
-		}
-		return done, d, err
 	}
 }
 

@@ -62,6 +62,10 @@ type PermitSemaphore struct {
 	timeouts string
 	channel  string
 	lease    time.Duration // fixed lease; 0: the watchdog renews
+	// h runs Acquire and TryAcquire on the engine (acquire.go), with the
+	// permit as the kind (psemKind): each acquisition is a permit of its
+	// own, its owner the permit's id.
+	h handle
 }
 
 // PermitOption configures a PermitSemaphore.
@@ -89,6 +93,7 @@ func (c *Client) NewPermitSemaphore(name string, opts ...PermitOption) (*PermitS
 	if s.lease != 0 && (s.lease < time.Millisecond || s.lease > MaxLease) {
 		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v]", ErrInvalidOption, s.lease, MaxLease)
 	}
+	s.h = handle{c: c, name: name, kind: psemKind{s}, cfg: lockConfig{lease: s.lease, hasLease: s.lease != 0}, acqKey: permitKey{c, name}}
 	return s, nil
 }
 
@@ -178,8 +183,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 // Waiting is push: the waiter subscribes to the semaphore's channel and
 // tries again on each message, when the earliest held permit expires, and
 // at least every second, so a lost message costs a second, never a hang.
-// An attempt whose reply was lost gives its permit back: the permit's id
-// is made here, so it can be. While Redis cannot be reached (the Client's
+// An attempt whose reply was lost, or came after the lease it set, gives
+// its permit back in the background, as a Lock does: each attempt's
+// permit id is made here, so it can be. While Redis cannot be reached (the Client's
 // reach gate is shut) Acquire waits for it as Lock does, as long as ctx
 // allows; while it does not answer (a timeout during a failover or a
 // restart) Acquire goes on trying for up to 30s before it returns the
@@ -187,13 +193,120 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 // in time is given back and Acquire fails with an error wrapping
 // ErrNotReplicated, as a Lock does: a failover could grant it twice.
 func (s *PermitSemaphore) Acquire(ctx context.Context) (context.Context, error) {
-	return s.acquire(ctx, false)
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	w, err := s.h.waiter(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return w.result(acquire(ctx, w, false))
 }
 
 // TryAcquire takes one permit if one is available now, without waiting;
 // otherwise the error wraps ErrNotObtained. It is otherwise like Acquire.
 func (s *PermitSemaphore) TryAcquire(ctx context.Context) (context.Context, error) {
-	return s.acquire(ctx, true)
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	w, err := s.h.waiter(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return w.result(acquire(ctx, w, true))
+}
+
+// psemKind is a PermitSemaphore's permit as a kind of the engine: its
+// scripts (psem_acquire.lua, psem_release.lua), its reply rules and its
+// channel. Each acquisition has an owner of its own, the permit's id,
+// which the engine passes to the scripts, so that a permit an attempt may
+// have taken is given back by the engine as a lock's hold is (a failed or
+// late reply, replica sync short); the permit itself is kept by the
+// Client's permitSet and lease keeper (keep), not the hold registry.
+type psemKind struct{ s *PermitSemaphore }
+
+func (k psemKind) key() string               { return k.s.name }
+func (k psemKind) field(owner string) string { return owner }
+func (k psemKind) role() string              { return "permit" }
+func (k psemKind) channel(string) string     { return k.s.channel }
+func (k psemKind) label() string             { return KindPermit }
+
+// renewer is not asked for: permits are not holds of the registry, and
+// each renews itself as a leased entry (renew.go).
+func (k psemKind) renewer() renewer { return nil }
+
+// patience: a permit attempt is safe to repeat (each has its own id and
+// gives it back), so a waiting Acquire outlasts a failover or a restart.
+func (k psemKind) patience() time.Duration { return outageBudget }
+
+// newOwner makes a permit id: 16 random bytes, as Redisson's.
+func (k psemKind) newOwner() (string, error) {
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("dlock: semaphore %q: permit id: %w", k.s.name, err)
+	}
+	return string(raw[:]), nil
+}
+
+// attempt takes the permit r.owner with lease r.lease. When none is free
+// the result's ttl is how long until the earliest held permit expires,
+// bounded by syncPoll (no message comes when a permit expires).
+func (k psemKind) attempt(ctx context.Context, r request) (attemptResult, error) {
+	s := k.s
+	now := nowMillis(time.Now())
+	cmd, _ := s.c.tr.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, now+millis(r.lease), r.owner, noExpiryScore)
+	return permitReply(cmd.Text())
+}
+
+// permitReply reads the reply of psem_acquire.lua: "OK" when taken, else
+// ":<ms>", the earliest expiry of a held permit, or nil when none expires.
+func permitReply(res string, err error) (attemptResult, error) {
+	ttl := syncPoll
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return attemptResult{}, err
+	case res == "OK":
+		return attemptResult{acquired: true}, nil
+	case strings.HasPrefix(res, ":"):
+		if ms, err := strconv.ParseInt(res[1:], 10, 64); err == nil {
+			ttl = min(max(time.Until(time.UnixMilli(ms)), time.Millisecond), syncPoll)
+		}
+	}
+	return attemptResult{ttl: ttl, reason: errNoPermit}, nil
+}
+
+// release gives back the permit r.owner (the engine's give-back).
+func (k psemKind) release(ctx context.Context, r request) (releaseResult, error) {
+	return k.releaseID(ctx, r.owner, nil)
+}
+
+// releaseID gives back the permit id, followed by chk's replica sync when
+// chk is set. A 0 (not held) to a command the Redis client sent twice
+// answers the repeat: the first run released it.
+func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check) (releaseResult, error) {
+	s := k.s
+	cmd, resent := s.c.tr.Run(ctx, chk, scripts.PsemRelease.Script, s.keys(), nowMillis(time.Now()), s.c.publish, id)
+	n, err := cmd.Int()
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0 && !resent:
+		return notHeld, nil
+	}
+	return released, nil
+}
+
+// forceRelease is not asked for: a PermitSemaphore has no ForceUnlock
+// (ReleaseID gives back one permit, Delete them all).
+func (k psemKind) forceRelease(context.Context) (bool, error) {
+	return false, fmt.Errorf("%w: semaphore %q: a permit has no force release; use ReleaseID", ErrInvalidOption, k.s.name)
+}
+
+// keep registers a permit taken by a request sent at start with the
+// Client's permits and lease keeper, and returns its permit context.
+func (k psemKind) keep(ctx context.Context, r request, start time.Time) (context.Context, error) {
+	return k.s.c.permits.add(ctx, k.s, r.owner, start)
 }
 
 // outageBudget is how long a waiting Acquire goes on trying while Redis
@@ -202,118 +315,6 @@ const outageBudget = 30 * time.Second
 
 // errNoPermit says why TryAcquire got nothing.
 var errNoPermit = errors.New("no permit available")
-
-func (s *PermitSemaphore) acquire(ctx context.Context, try bool) (got context.Context, err error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindPermit, Try: try}, permitKey{s.c, s.name}, OutcomeAcquired) // observe.go
-	defer func() { ob.done(got, err) }()
-	var failing time.Time // since when attempts fail without an answer
-	err = wait(ctx, s.c, s.channel, nil, ob.sleeps(func() (bool, time.Duration, error) {
-		p, next, err := s.attempt(ctx)
-		switch {
-		case err != nil:
-			if ctxErr(ctx) != nil {
-				return false, 0, nil // wait returns ctx's error
-			}
-			if !try && s.c.outageOver(ctx, err) {
-				failing = time.Time{}
-				return false, time.Millisecond, nil // Redis is back: try again at once
-			}
-			if try || !noAnswer(err) {
-				return false, 0, err
-			}
-			// No answer (a timeout, a refused connection): a failover
-			// or a restart may be under way. Each attempt has its own
-			// permit id and gives it back, so trying again is safe;
-			// keep waiting for up to outageBudget.
-			if failing.IsZero() {
-				failing = time.Now()
-			} else if time.Since(failing) > outageBudget {
-				return false, 0, err
-			}
-			s.c.cfg.logger.Warn("dlock: permit acquire failed; trying again", "semaphore", s.name, "error", err)
-			return false, 100 * time.Millisecond, nil
-		case p != nil:
-			got = p
-			return true, 0, nil
-		case try:
-			return false, 0, errNoPermit
-		}
-		failing = time.Time{}
-		return false, next, nil
-	}))
-	switch {
-	case errors.Is(err, errGaveUp):
-		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, ctxErr(ctx))
-	case errors.Is(err, errNoPermit):
-		return nil, fmt.Errorf("%w: semaphore %q: %w", ErrNotObtained, s.name, errNoPermit)
-	case err != nil:
-		return nil, err
-	}
-	return got, nil
-}
-
-// attempt runs the acquire script once. It returns the permit context when
-// it took a permit, and otherwise how long to wait at most (0: until a
-// message or the poll).
-func (s *PermitSemaphore) attempt(ctx context.Context) (context.Context, time.Duration, error) {
-	var raw [16]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return nil, 0, fmt.Errorf("dlock: semaphore %q: permit id: %w", s.name, err)
-	}
-	id := string(raw[:])
-	lease := s.leaseOf(s.lease)
-	start := time.Now()
-	now := nowMillis(start)
-	cmd, short := runWrite(ctx, s.c, scripts.PsemAcquire, s.keys(), now, s.c.publish, now+lease.Milliseconds(), id, noExpiryScore)
-	res, err := cmd.Text()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, 0, nil // none free, none expiring
-	case err != nil:
-		// The script may have run all the same: give the permit back,
-		// unless it was never sent (the gate is shut, the dial failed).
-		if !errors.Is(err, ErrUnreachable) && !transport.NotSent(err) {
-			s.giveBack(ctx, id)
-		}
-		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire: %w", s.name, err)
-	case res == "OK" && short != nil:
-		// Too few replicas have the permit: a failover could grant it
-		// again. Give it back, as a Lock does.
-		s.giveBack(ctx, id)
-		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire: given back: %w", s.name, short)
-	case res == "OK":
-		if time.Since(start) >= lease {
-			// The reply came after the lease it set had run out: the
-			// permit may have been reclaimed and handed on. Try again.
-			s.giveBack(ctx, id)
-			return nil, time.Millisecond, nil
-		}
-		pctx, err := s.c.permits.add(ctx, s, id, start)
-		if err != nil {
-			s.giveBack(ctx, id)
-			return nil, 0, err
-		}
-		return pctx, 0, nil
-	case strings.HasPrefix(res, ":"):
-		// The earliest expiry of a held permit, on its writer's clock.
-		if ms, err := strconv.ParseInt(res[1:], 10, 64); err == nil {
-			return nil, max(time.Until(time.UnixMilli(ms)), time.Millisecond), nil
-		}
-	}
-	return nil, 0, nil
-}
-
-// giveBack releases a permit the caller will not get.
-func (s *PermitSemaphore) giveBack(ctx context.Context, id string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := runScript(ctx, s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, id).Err(); err != nil {
-		s.c.cfg.logger.Warn("dlock: giving back a permit failed; it expires with its lease", "semaphore", s.name, "error", err)
-	}
-}
 
 // permitFrom returns the permit of this semaphore that permitCtx carries.
 func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error) {
@@ -349,14 +350,12 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	defer s.c.observeRelease(permitCtx, LockInfo{Name: s.name, Kind: KindPermit}, p, &err)
 	// The permit context may be cancelled already (lost permit); the
 	// release still has to reach Redis, which may have the permit yet.
-	ctx := context.WithoutCancel(permitCtx)
-	cmd, short := runWrite(ctx, s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, p.id)
-	n, err := cmd.Int()
-	if err != nil {
+	res, short, err := s.release(context.WithoutCancel(permitCtx), p.id)
+	switch {
+	case err != nil:
 		p.abortRelease()
 		return fmt.Errorf("dlock: semaphore %q: release: %w", s.name, err)
-	}
-	if n == 0 {
+	case res == notHeld:
 		p.drop(fmt.Errorf("%w: semaphore %q: permit not held at release", ErrLockLost, s.name))
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
 	}
@@ -365,6 +364,23 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 		return notReplicated(fmt.Sprintf("semaphore %q: release", s.name), short)
 	}
 	return nil
+}
+
+// release sends the release of permit id (the kind's script, read as the
+// engine reads it: a "not held" to a command sent twice is released)
+// behind the reach gate, with WithReplicaSync's check; short is that
+// check's outcome.
+func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseResult, short, err error) {
+	gate := s.c.tr.Gate()
+	if err := gate.Err(); err != nil {
+		return 0, nil, err
+	}
+	var chk *transport.Check
+	if s.c.tr.Synced() {
+		chk = new(transport.Check)
+	}
+	res, err = psemKind{s}.releaseID(ctx, id, chk)
+	return res, chk.Failed(), gate.Saw(err)
 }
 
 // UpdateLease sets the lease of the permit permitCtx holds: with lease > 0
@@ -432,12 +448,11 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err != nil || len(raw) != 16 {
 		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
 	}
-	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.PsemRelease, s.keys(), nowMillis(time.Now()), s.c.publish, raw)
-	n, err := cmd.Int()
-	if err != nil {
+	res, short, err := s.release(context.WithoutCancel(ctx), string(raw))
+	switch {
+	case err != nil:
 		return fmt.Errorf("dlock: semaphore %q: release %s: %w", s.name, id, err)
-	}
-	if n == 0 {
+	case res == notHeld:
 		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
 	}
 	if short != nil {

@@ -40,6 +40,26 @@ func wantAvailable(t testing.TB, s *PermitSemaphore, available, acquired int) {
 	}
 }
 
+// eventuallyAvailable is wantAvailable for counts that background work
+// (a give-back) reaches: it waits for them, 10s at most.
+func eventuallyAvailable(t testing.TB, s *PermitSemaphore, available, acquired int) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		a, err := s.AvailablePermits(context.Background())
+		if err != nil {
+			return err
+		}
+		b, err := s.AcquiredPermits(context.Background())
+		if err != nil {
+			return err
+		}
+		if a != available || b != acquired {
+			return fmt.Errorf("available %d, acquired %d; want %d, %d", a, b, available, acquired)
+		}
+		return nil
+	})
+}
+
 // wantEnded waits (10s at most) for a permit context to end with cause.
 func wantEnded(t testing.TB, pctx context.Context, cause error) {
 	t.Helper()
@@ -332,7 +352,7 @@ func TestPermitSemaphoreLostReply(t *testing.T) {
 	if proxy.Drops() != 1 {
 		t.Fatalf("%d replies dropped, want 1", proxy.Drops())
 	}
-	wantAvailable(t, s, 2, 0)
+	eventuallyAvailable(t, s, 2, 0) // the give-back runs in the background, as a lock's
 
 	// go-redis (with its default retries) sends the script again on a new
 	// connection: the second run, with the same id, takes no second permit.
@@ -355,6 +375,43 @@ func TestPermitSemaphoreLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantAvailable(t, s, 2, 0)
+}
+
+// TestPermitSemaphoreReleaseResent: a Release whose reply is lost, and
+// that go-redis sends again, finds the permit gone, since the first run
+// released it: Release reports the release, not ErrNotHeld (the engine
+// reads the transport's resent flag, as for a lock's release).
+func TestPermitSemaphoreReleaseResent(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 500 * time.Millisecond, PoolSize: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ps := mustPermitSemaphore(t, newClient(t, rdb), name)
+	s := mustPermitSemaphore(t, newClient(t, nil), name)
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := ps.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The script loaded on the one connection: the dropped reply is the
+	// release's.
+	if err := scripts.PsemRelease.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.DropNextReply()
+	if err := ps.Release(p); err != nil {
+		t.Fatalf("Release sent again by go-redis after a lost reply: %v, want nil (the first run released it)", err)
+	}
+	if proxy.Drops() != 1 {
+		t.Fatalf("%d replies dropped, want 1", proxy.Drops())
+	}
+	if cause := context.Cause(p); !errors.Is(cause, ErrUnlocked) {
+		t.Errorf("permit context ended with %v, want ErrUnlocked", cause)
+	}
+	wantAvailable(t, s, 1, 0)
 }
 
 // TestPermitSemaphoreNeverMoreThanN: workers on three Clients hold permits

@@ -141,17 +141,11 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 	}
 	ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindSemaphore}, nil, OutcomeAcquired) // observe.go; nil without observers
 	defer func() { ob.returned(err) }()
-	err = wait(ctx, s.c, s.channel, nil, ob.sleeps(func() (bool, time.Duration, error) {
+	err = acquire(ctx, newSyncWait(s.c, s.channel, nil, ob, func() (bool, time.Duration, error) {
 		ok, err := s.try(ctx, n)
-		switch {
-		case s.c.outageOver(ctx, err):
-			return false, time.Millisecond, nil // Redis is back: try again at once
-		case errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil:
-			return false, 0, nil // nothing was sent; wait returns ctx's error
-		}
 		return ok, 0, err
-	}))
-	if errors.Is(err, errGaveUp) {
+	}), false)
+	if errors.Is(err, errGaveUp) || errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil { // ctx ended at the gate: nothing was sent
 		return fmt.Errorf("%w: semaphore %q: %d permits: %w%s", ErrNotObtained, s.name, n, ctxErr(ctx), s.neverSet(ctx))
 	}
 	return err

@@ -17,7 +17,10 @@ import (
 
 // What the synchronizers (Semaphore, PermitSemaphore, CountDownLatch)
 // share: checks, script calls (on the Client's transport, as lock scripts
-// run), and waiting by pub/sub with a bounded poll.
+// run), and what a Semaphore's Acquire and a latch's Await contribute to
+// the one acquire loop (acquire.go): syncWait, waiting by pub/sub with a
+// bounded poll. A PermitSemaphore's Acquire runs in that loop as a lock
+// kind does (psemKind, permit_semaphore.go).
 
 // syncPoll bounds how long a waiting Acquire or Await sleeps without a
 // message before it tries again. Messages can be lost (a reconnect, a
@@ -89,15 +92,6 @@ func runWrite(ctx context.Context, c *Client, s scripts.Script, keys []string, a
 	return cmd, chk.Failed()
 }
 
-// outageOver reports, for a waiting call whose attempt failed with err,
-// whether Redis was unreachable (the reach gate is shut) and can be
-// reached again now: it waits for the gate to open, as long as ctx
-// allows, so that a waiting Acquire waits out an outage as Lock does
-// rather than fail at once or dial through it.
-func (c *Client) outageOver(ctx context.Context, err error) bool {
-	return errors.Is(err, ErrUnreachable) && c.tr.Gate().Wait(ctx)
-}
-
 // notReplicated is the error of a synchronizer write that stands on the
 // master but that too few replicas acknowledged (runWrite's short).
 func notReplicated(what string, short error) error {
@@ -113,62 +107,88 @@ func noAnswer(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || transport.Transient(err)
 }
 
-// attemptFunc makes one try. It reports whether the wait is over, and
-// otherwise how long to sleep at most before the next try (0: syncPoll).
-type attemptFunc func() (done bool, wait time.Duration, err error)
-
-// errGaveUp marks a wait that ctx ended; wait wraps it with ctx's error.
+// errGaveUp marks a wait that ctx ended; syncWait wraps it with ctx's
+// error.
 var errGaveUp = errors.New("gave up")
 
-// wait calls attempt until it is done or fails, sleeping in between
-// (sleeper) until a message on channel, the attempt's wait (bounded by
-// syncPoll), or a receive on extra. Its first sleep subscribes and ends
-// once the subscription is confirmed, so a message published in between
-// is not missed. A subscription that fails (a broken connection, a
-// refusal) is logged, that sleep polls, and the next one subscribes again.
-// It returns an error wrapping errGaveUp and ctx's error when ctx ends
-// first, and ErrClosed when the Client is closed.
-func wait(ctx context.Context, c *Client, channel string, extra <-chan struct{}, attempt attemptFunc) error {
-	s := sleeper{hub: c.hub}
-	used := false
-	defer func() { s.stop(used) }()
-	for {
-		done, d, err := attempt()
-		switch {
-		case err != nil:
-			return err
-		case done:
-			used = true
-			return nil
-		case ctxErr(ctx) != nil:
-			return fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
-		}
-		if d <= 0 || d > syncPoll {
-			d = syncPoll
-		}
-		s.arm(d)
-		wake, err := s.wakeUps(ctx, channel, false)
-		switch {
-		case err == nil:
-		case ctxErr(ctx) != nil:
-			return fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
-		case errors.Is(err, pubsub.ErrClosed):
-			return ErrClosed
-		default:
-			c.cfg.logger.Warn("dlock: subscribing failed; polling meanwhile", "channel", channel, "error", err)
-		}
-		select {
-		case <-wake:
-		case <-extra:
-		case <-s.timer.C:
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
-		}
-		if c.isClosed() {
-			return ErrClosed
-		}
-	}
+// syncWait is the contender (acquire.go) of a call without a hold: a
+// Semaphore's Acquire, a latch's Await. The primitive contributes try,
+// one attempt (its script and its reply rule: done, or how long to sleep
+// at most, 0 for syncPoll), its channel and, for a latch, extra, another
+// wake-up. Its sleeps end at a message on channel, a receive on extra,
+// the attempt's wait (bounded by syncPoll) or the end of ctx. A
+// subscription that fails (a broken connection, a refusal) is logged,
+// that sleep polls, and the next one subscribes again. When ctx ends
+// first the loop's error wraps errGaveUp and ctx's error; when the Client
+// is closed, ErrClosed.
+type syncWait struct {
+	sleeper
+	c       *Client
+	channel string
+	extra   <-chan struct{}
+	try     func() (done bool, wait time.Duration, err error)
+	ob      *lockObs
+	used    bool // the wait is over: a wake-up it had was used
 }
+
+// newSyncWait returns the contender of a call on c whose attempts are try
+// and whose wake-ups come on channel and extra.
+func newSyncWait(c *Client, channel string, extra <-chan struct{}, ob *lockObs, try func() (bool, time.Duration, error)) *syncWait {
+	return &syncWait{sleeper: sleeper{hub: c.hub}, c: c, channel: channel, extra: extra, try: try, ob: ob}
+}
+
+func (w *syncWait) attempt(context.Context, bool) (bool, attemptResult, error) {
+	done, d, err := w.try()
+	w.used = done
+	return done, attemptResult{ttl: d}, err
+}
+
+func (w *syncWait) sleep(ctx context.Context, res attemptResult) (bool, error) {
+	if ctxErr(ctx) != nil {
+		return false, fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
+	}
+	d := res.ttl
+	if d <= 0 || d > syncPoll {
+		d = syncPoll
+	}
+	w.arm(d)
+	wake, err := w.wakeUps(ctx, w.channel, false)
+	switch {
+	case err == nil:
+	case ctxErr(ctx) != nil:
+		return false, fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
+	case errors.Is(err, pubsub.ErrClosed):
+		return false, ErrClosed
+	default:
+		w.c.cfg.logger.Warn("dlock: subscribing failed; polling meanwhile", "channel", w.channel, "error", err)
+	}
+	select {
+	case <-wake:
+	case <-w.extra:
+	case <-w.timer.C:
+	case <-ctx.Done():
+		return false, fmt.Errorf("%w: %w", errGaveUp, ctxErr(ctx))
+	}
+	if w.c.isClosed() {
+		return false, ErrClosed
+	}
+	return false, nil
+}
+
+// busy is never asked for: these calls always wait (TryAcquire makes its
+// one try without the loop).
+func (w *syncWait) busy(attemptResult) error { return ErrNotObtained }
+
+func (w *syncWait) gate() *transport.Gate { return w.c.tr.Gate() }
+
+// outlast: an error that is not an outage ends the wait.
+func (w *syncWait) outlast(error, time.Duration) bool { return false }
+
+func (w *syncWait) observer() *lockObs { return w.ob }
+
+// end stops the sleeps; the caller reports to the observers, with the
+// error it makes of the loop's.
+func (w *syncWait) end(error) { w.stop(w.used) }
 
 // nowMillis is the local clock in epoch ms, the clock Redisson's permit
 // semaphore passes to its scripts.

@@ -7,15 +7,17 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/internal/transport"
 )
 
 // Waiting, for every primitive: a sleeper is the part every wait shares
 // (the subscription whose messages wake it and the timer that bounds each
 // sleep); a Lock's waiter adds its place in this Client's queue for the
-// lock, and a synchronizer's wait (synchronizer.go) an extra wake-up.
-// Between attempts a Lock's waiter sleeps until an unlock message, the end
-// of the current hold's lease, a hand-over from a release of this Client,
-// or the end of its ctx.
+// lock, and a synchronizer's syncWait (synchronizer.go) an extra wake-up.
+// Both are contenders of the one acquire loop (acquire.go). Between
+// attempts a Lock's waiter (a lock's, or a permit's) sleeps until an
+// unlock message, the end of the current hold's lease, a hand-over from a
+// release of this Client, or the end of its ctx.
 
 // pollNoExpiry is how often a waiter retries a lock whose key has no TTL
 // (not one dlock or Redisson wrote) when no unlock message comes.
@@ -81,21 +83,69 @@ func (s *sleeper) stop(used bool) {
 // in this Client's queue for the lock (handoff.go).
 type waiter struct {
 	sleeper
-	h        *handle
-	req      request
-	hands    bool   // the kind hands over: the Lock waits in a place
-	place    *place // made at the first sleep when hands is set
-	last     error  // why the latest attempt failed, when the kind says
-	acquired bool   // the Lock succeeded: a wake-up it had was used
-	joined   bool   // joined subscribed waiters of this Client: no attempt after subscribing
+	h       *handle
+	req     request
+	hands   bool            // the kind hands over: the Lock waits in a place
+	place   *place          // made at the first sleep when hands is set
+	last    error           // why the latest attempt failed, when the kind says
+	joined  bool            // joined subscribed waiters of this Client: no attempt after subscribing
+	lockCtx context.Context // the lock context, once acquired
+	ob      *lockObs        // nil without observers
 }
 
-// sleep waits after an attempt that found the lock held: until an unlock
+// sleep is the Lock's sleep in the acquire loop (waiter.nap), and what a
+// hand-over during it means: the lock taken (done, its hold registered),
+// or handed over too late to be worth anything (given back: try again).
+func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
+	h, req := w.h, w.req
+	g, err := w.nap(ctx, res)
+	switch {
+	case err != nil || !g.ok:
+		return false, err
+	case time.Since(g.start) >= validity(h.kind, req.lease):
+		grace(h.giveBack(req)) // handed over too late: try again
+		return false, nil
+	}
+	w.lockCtx, err = h.register(ctx, req, g.token, g.start) // handed over by a release of this Client
+	if err != nil {
+		grace(h.giveBack(req))
+	}
+	return err == nil, err
+}
+
+// busy is the error of a TryLock that found the lock held.
+func (w *waiter) busy(res attemptResult) error { return notObtained(w.h.name, res.reason) }
+
+// gate is the reach gate the Lock waits at in an outage.
+func (w *waiter) gate() *transport.Gate { return reachGate(w.h.c, w.h.kind) }
+
+// outlast reports whether the Lock goes on trying after err: for a kind
+// that is patient, while Redis has not answered for less than its
+// patience.
+func (w *waiter) outlast(err error, failing time.Duration) bool {
+	p, ok := w.h.kind.(patient)
+	if !ok || !noAnswer(err) || failing > p.patience() {
+		return false
+	}
+	w.h.c.cfg.logger.Warn("dlock: attempt failed without an answer; trying again", "lock", w.h.name, "error", err)
+	return true
+}
+
+func (w *waiter) observer() *lockObs { return w.ob }
+
+// end ends the wait: the subscription goes, passing on a wake-up that a
+// Lock that failed did not use, and the observers are told.
+func (w *waiter) end(err error) {
+	w.sleeper.stop(w.lockCtx != nil)
+	w.ob.done(w.lockCtx, err)
+}
+
+// nap waits after an attempt that found the lock held: until an unlock
 // message, the end of the current hold's lease (res.ttl), a hand-over from
 // a release of this Client, or the end of ctx. The first sleep subscribes
 // and ends when the subscription is confirmed, since the unlock may have
 // been published before. The grant is ok when the lock was handed over.
-func (w *waiter) sleep(ctx context.Context, res attemptResult) (grant, error) {
+func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	h := w.h
 	w.last = res.reason
 	d := res.ttl
@@ -217,6 +267,10 @@ func (w *waiter) wakeUps(ctx context.Context) (<-chan struct{}, error) {
 	case errors.Is(err, pubsub.ErrClosed):
 		return nil, ErrClosed // Close raced this Lock
 	}
+	if _, ok := h.kind.(patient); ok { // it outlasts a failover: poll this sleep
+		h.c.cfg.logger.Warn("dlock: subscribing failed; polling meanwhile", "lock", h.name, "error", err)
+		return nil, nil
+	}
 	h.leave(w.req)
 	return nil, fmt.Errorf("dlock: lock %q: subscribe: %w", h.name, err)
 }
@@ -247,7 +301,3 @@ func (w *waiter) handedOver(ctx context.Context) grant {
 		return grant{}
 	}
 }
-
-// stop ends the wait: the subscription goes, passing on a wake-up that a
-// Lock that failed did not use.
-func (w *waiter) stop() { w.sleeper.stop(w.acquired) }

@@ -154,7 +154,7 @@ m "reach: gate opens only on a fresh dial" internal/transport/reach.go \
   . '^(TestGateOpensOnWorkingPool)$'
 # Lock waits out an outage as long as its ctx allows.
 m "reach: Lock fails at once on a shut gate" acquire.go \
-  'case errors.Is(err, ErrUnreachable) && !try && reachGate(h.c, h.kind).Wait(ctx):' \
+  'case errors.Is(err, ErrUnreachable) && !try && c.gate().Wait(ctx):' \
   'case false:' \
   . '^(TestLockWaitsOutOutage)$'
 # A RedLock's servers are Clients with gates of their own.
@@ -172,21 +172,22 @@ m "synchronizer ignores the reach gate" internal/transport/transport.go \
 # sent nothing: it shuts the gate and ends the tries, rather than dialling
 # again for the whole retry budget.
 # A waiting Acquire waits out an outage at the gate, as Lock does.
-m "sync: waiting Acquire fails at once in an outage" semaphore.go \
-  '		case s.c.outageOver(ctx, err):' \
-  '		case false && s.c.outageOver(ctx, err):' \
+m "sync: waiting Acquire fails at once in an outage" acquire.go \
+  'case errors.Is(err, ErrUnreachable) && !try && c.gate().Wait(ctx):' \
+  'case false:' \
   . '^(TestSynchronizerAcquireWaitsOutOutage)$'
-# A waiting PermitSemaphore Acquire waits at the gate too, rather than
-# retrying (and logging) every 100 ms through the outage.
-m "sync: waiting permit Acquire retries through an outage" permit_semaphore.go \
-  '			if !try && s.c.outageOver(ctx, err) {' \
-  '			if false && s.c.outageOver(ctx, err) {' \
+# A waiting PermitSemaphore Acquire waits at the gate too (the loop's, as
+# Lock does), rather than retrying (and logging) every 100 ms through the
+# outage.
+m "sync: waiting permit Acquire retries through an outage" acquire.go \
+  'case errors.Is(err, ErrUnreachable) && !try && c.gate().Wait(ctx):' \
+  'case false:' \
   . '^(TestSynchronizerAcquireWaitsOutOutage)$'
 # An Acquire whose ctx ends at the gate reports ErrNotObtained and ctx's
 # error, not the outage.
 m "sync: ctx ended at the gate reported as the outage" semaphore.go \
-  '		case errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil:' \
-  '		case false:' \
+  'if errors.Is(err, errGaveUp) || errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil {' \
+  'if errors.Is(err, errGaveUp) {' \
   . '^(TestSynchronizerAcquireWaitsOutOutage)$'
 # A re-entry goes to Redis at once, not behind its Client's waiters.
 m "hand-over: re-entry waits behind the Client's waiters" handoff.go \
@@ -345,6 +346,25 @@ m "permits: watchdog renews fixed-lease permits" renew.go \
   "	return c.leasePermits(ctx, 0, fixed)" \
   "	return c.leasePermits(ctx, c.cfg.watchdogTimeout, fixed)" \
   . '^(TestPermitSemaphoreFixedLeaseLossNoticed)$'
+# A permit's release that go-redis sent again after a lost reply finds
+# the permit gone: the first run released it (the engine's resent rule).
+m "permits: re-sent release read as not held" permit_semaphore.go \
+  '	case n == 0 && !resent:' \
+  '	case n == 0 && (!resent || resent):' \
+  . '^(TestPermitSemaphoreReleaseResent)$'
+# A permit attempt that failed without an answer may have taken its
+# permit: the engine gives it back, for permits as for locks.
+m "engine: failed attempt's take not given back" send.go \
+  '		if sent || req.queued {' \
+  '		if req.queued {' \
+  . '^(TestPermitSemaphoreLostReply)$'
+# The Client's waiters on one latch share one zero message: the one it
+# reaches wakes the others through the loop's extra wake-up.
+m "latch: shared wake-up dropped" synchronizer.go \
+  '	case <-w.extra:
+' \
+  '' \
+  . '^(TestCountDownLatchAwait)$'
 # A permit that ended leaves the watchdog.
 m "permits: an ended permit stays in the watchdog" permit_semaphore.go \
   "	p.s.c.watchdog.Remove(p)" \
@@ -568,11 +588,9 @@ m "observer: semaphore release not observed" semaphore.go \
   '' \
   . '^(TestObserverSemaphore)$'
 # The synchronizers' sleeps are reported as Wait rounds.
-m "observer: synchronizer sleeps not reported" observe.go \
-  '		if !done && err == nil {
-			o.sleep(d)' \
-  '		if false {
-			o.sleep(d)' \
+m "observer: synchronizer sleeps not reported" acquire.go \
+  '		c.observer().sleeping(res)' \
+  '' \
   . '^(TestObserverSemaphore|TestObserverPermitSemaphore|TestObserverCountDownLatch)$'
 # A permit that ends without Release is lost, as a lock's hold is.
 m "observer: permit loss not observed" permit_semaphore.go \

@@ -31,7 +31,7 @@ var (
 	// gate is shut, and of one whose dial failed (Gate).
 	ErrUnreachable = errors.New("dlock: redis unreachable")
 	// ErrNotReplicated wraps a replica shortfall after a write (Check).
-	ErrNotReplicated = errors.New("dlock: lock not replicated")
+	ErrNotReplicated = errors.New("dlock: write not replicated")
 	// ErrNoReply wraps the error of a script sent at most once (RunOnce)
 	// whose reply was lost: Redis may or may not have run it.
 	ErrNoReply = errors.New("dlock: no reply; the operation may or may not have been applied")
