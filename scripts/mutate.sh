@@ -97,6 +97,26 @@ m "counter does not keep the token" internal/scripts/lock_acquire_free.lua \
   "redis.call('incr', KEYS[2])
     return {1, floor}" \
   . '^(TestRedissonFencedLockTokens)$'
+# The storage checks: the Redis fenced write refuses a lower token and
+# lets the same holder (an equal token) write again; the SQL check's
+# upsert changes the row only for a token not below it, and a refused
+# check is reported (tested against a real PostgreSQL, fencetest/).
+m "fenced write ignores the token" internal/scripts/fenced_write.lua \
+  "if tonumber(ARGV[1]) < last then" \
+  "if false then" \
+  . '^(TestFencedSet|TestFencedWriteRejectsPausedHolder)$'
+m "fenced write refuses an equal token" internal/scripts/fenced_write.lua \
+  "if tonumber(ARGV[1]) < last then" \
+  "if tonumber(ARGV[1]) <= last then" \
+  . '^(TestFencedSet)$'
+m "SQL fence check always updates" fence.go \
+  'DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token"' \
+  'DO UPDATE SET token = EXCLUDED.token"' \
+  ./fencetest '^(TestCheckTokenRejectsStale|TestPausedHolderRejectedByPostgres)$'
+m "SQL fence check ignores a refused upsert" fence.go \
+  'if n == 0 {' \
+  'if n < 0 {' \
+  ./fencetest '^(TestCheckTokenRejectsStale)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else
