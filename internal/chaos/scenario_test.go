@@ -56,12 +56,13 @@ type outcome struct {
 	faults    int
 	overlaps  int // double grants: holds that overlapped in time
 	reversals int // holds whose fencing token was not above an earlier one's
+	notes     []string
+	holds     []history.Hold
+
 	// Stale fenced writes (history.StaleWrites): sent after a write with a
 	// token at least as high was accepted; the fenced write must refuse
 	// every one, so accepted must be 0 in every run.
 	staleWrites, staleAccepted int
-	notes     []string
-	holds     []history.Hold
 }
 
 // env is the Redis side of a scenario.
