@@ -42,7 +42,7 @@ func run(m *testing.M) int {
 
 // openDB returns a handle on the test server with a fresh fence table
 // (and a table of data the fence protects), both dropped with t.
-func openDB(t *testing.T) (*sql.DB, dlock.SQLFence) {
+func openDB(t testing.TB) (*sql.DB, dlock.SQLFence) {
 	t.Helper()
 	db, err := pg.Open()
 	if err != nil {
@@ -213,4 +213,17 @@ func TestPausedHolderRejectedByPostgres(t *testing.T) {
 		t.Errorf("value %q, want the new holder's", v)
 	}
 	rdb.Del(context.Background(), "redisson_lock_token:{"+name+"}")
+}
+
+// plainWrite is write without the fence check.
+func plainWrite(ctx context.Context, db *sql.DB, fence dlock.SQLFence, v string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+fence.Table+"_data VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v", v); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
