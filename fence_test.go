@@ -134,3 +134,24 @@ func TestFencedWriteRejectsPausedHolder(t *testing.T) {
 	}
 
 }
+
+// TestFencedSetCluster: the token key is in the value's slot, with or
+// without a hash tag in the key, so the script runs on a cluster.
+func TestFencedSetCluster(t *testing.T) {
+	ctx := boundedCtx(t, 20*time.Second)
+	cl := sharedCluster(t).Client()
+	defer cl.Close()
+	for _, key := range []string{lockName(t) + ":plain", "{" + lockName(t) + "}:tagged"} {
+		if err := FencedSet(ctx, cl, 7, key, "v", 0); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if err := FencedHSet(ctx, cl, 6, key+":h", "f", "v"); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if err := FencedSet(ctx, cl, 6, key, "stale", 0); !errors.Is(err, ErrStaleToken) {
+			t.Errorf("%s: lower token: %v, want ErrStaleToken", key, err)
+		}
+		cl.Del(context.Background(), key, FenceKey(key))
+		cl.Del(context.Background(), key+":h", FenceKey(key+":h"))
+	}
+}
