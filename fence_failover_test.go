@@ -26,7 +26,9 @@ func TestTokensSurviveLostWrites(t *testing.T) {
 	if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(master.Port())); err != nil {
 		t.Fatal(err)
 	}
-	oldC := newClient(t, master.Client())
+	oldRdb, newRdb := master.Client(), replica.Client()
+	t.Cleanup(func() { oldRdb.Close(); newRdb.Close() })
+	oldC := newClient(t, oldRdb)
 	name := lockName(t)
 	kinds := fencedKinds(t, oldC, name)
 	// issued is the highest token handed out per kind (each has its own
@@ -71,13 +73,13 @@ func TestTokensSurviveLostWrites(t *testing.T) {
 	if _, err := replica.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
-	lost, err := replica.Client().Get(ctx, counter).Int64()
+	lost, err := newRdb.Get(ctx, counter).Int64()
 	if err != nil || lost >= issued[0] {
 		t.Fatalf("the promoted replica's counter is %d (%v), the old master handed out %d: nothing was lost, the test tests nothing", lost, err, issued[0])
 	}
 
 	// The clients fail over to the promoted replica.
-	takeAll(fencedKinds(t, newClient(t, replica.Client()), name))
+	takeAll(fencedKinds(t, newClient(t, newRdb), name))
 }
 
 // fencedLocker is one fenced lock kind on a name, for the token tests.
