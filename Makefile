@@ -1,11 +1,12 @@
 # dlock: make demo runs the demo against a throwaway redis-server, make test
 # lints (gofmt, go vet, staticcheck) and tests every module (dlock, bench/,
-# dlockotel/). Both install Debian's Redis packages when missing.
+# dlockotel/, fencetest/). Both install Debian's Redis packages when
+# missing; make test also PostgreSQL's (fencetest/ starts a server).
 
 GO ?= go
 REDIS_PKGS := redis-server redis-sentinel redis-tools tmux
 
-.PHONY: all demo test bench soak mutate lint redis
+.PHONY: all demo test bench soak mutate lint redis postgres
 
 # STATICCHECK runs staticcheck at a fixed version, built from the Go module
 # proxy on first use and cached by the go command afterwards.
@@ -21,6 +22,15 @@ redis:
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(REDIS_PKGS) >/dev/null; }
 
+# postgres installs Debian's PostgreSQL when it is missing: fencetest/
+# starts a throwaway server from /usr/lib/postgresql/*/bin (as the
+# package's postgres user when run as root).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "installing postgresql"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+
 demo: redis
 	$(GO) run ./cmd/dlock demo
 
@@ -28,7 +38,7 @@ demo: redis
 # beside it (bench/, ...), each vetted and tested on its own.
 MODULES := $(sort $(dir $(shell find . -name go.mod -not -path '*/.*' -not -path '*/testdata/*')))
 
-test: redis lint
+test: redis postgres lint
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
 		( cd $$m && $(GO) test -race -timeout 20m ./... ); \

@@ -26,7 +26,7 @@ var minimalACL = []any{
 	"-@all", "+hello", "+ping",
 	"+evalsha", "+eval", "+subscribe", "+unsubscribe",
 	"+exists", "+hget", "+pttl",
-	"+get", "+set", "+del", "+incr", "+pexpire", "+publish", "+time",
+	"+get", "+set", "+del", "+incr", "+incrby", "+pexpire", "+publish", "+time",
 	"+hexists", "+hset", "+hdel", "+hlen", "+hkeys",
 	"+lindex", "+lrange", "+lpop", "+rpush", "+lrem",
 	"+zadd", "+zrem", "+zscore", "+zrange", "+zincrby",

@@ -95,5 +95,6 @@
 // two holders in at once. dlock narrows these windows (the watchdog, the
 // lost-lock context) but cannot close them; a resource that must never see
 // two writers should check a fencing token (WithFencing, Token) and reject
-// tokens lower than the highest it has seen.
+// tokens lower than the highest it has seen: FencedSet and FencedHSet do
+// that for data in Redis, CheckToken for SQL databases.
 package dlock

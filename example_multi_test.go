@@ -113,12 +113,12 @@ func ExampleRedLock() {
 	}
 	// Pass the token to the resource: it rejects tokens lower than the
 	// highest it has seen, which keeps a paused former holder out.
-	token, _ := dlock.Token(lockCtx)
-	fmt.Println("token:", token)
+	token, ok := dlock.Token(lockCtx)
+	fmt.Println("fenced:", ok && token > 0)
 	if err := l.Unlock(lockCtx); err != nil {
 		panic(err)
 	}
-	// Output: token: 1
+	// Output: fenced: true
 }
 
 func ExampleQuorumError() {

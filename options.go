@@ -199,11 +199,14 @@ func WithLease(d time.Duration) LockOption {
 // WithFencing makes every acquisition through the handle, reentrant ones
 // included, take a fencing token from a counter per lock name (Redisson's
 // FencedLock counter, key redisson_lock_token:{name}): every owner's
-// tokens are above every earlier owner's, and never go down. (One owner
-// can see a token again: a re-sent command, or a re-entry after a
-// downgrade's read took the next one, keeps the last token.) Read it with
-// Token. A resource that remembers the highest token it has seen and
-// rejects lower ones is safe against a holder that paused past its lease.
+// tokens are above every earlier owner's, and never go down, also across
+// a failover that lost the counter's last increments: a token is at least
+// the server's clock in microseconds (see docs/safety.md for the clock
+// assumption). (One owner can see a token again: a re-sent command, or a
+// re-entry after a downgrade's read took the next one, keeps the last
+// token.) Read it with Token. A resource that remembers the highest token
+// it has seen and rejects lower ones (FencedSet, FencedHSet, CheckToken)
+// is safe against a holder that paused past its lease.
 func WithFencing() LockOption {
 	return func(c *lockConfig) { c.fenced = true }
 }

@@ -72,9 +72,51 @@ m "free path grants a held lock" internal/scripts/lock_acquire_free.lua \
   "then" \
   . '^(TestSharedHandleExcludes|TestMutualExclusion)$'
 m "free path takes no token" internal/scripts/lock_acquire_free.lua \
-  "return {1, redis.call('incr', KEYS[2])}" \
+  "return {1, redis.call('incrby', KEYS[2], floor - current)}" \
   "return {1, 1}" \
   . '^(TestFencingTokens)$'
+# Tokens never go back across a failover that lost the counter's last
+# increments: the server's clock is their floor, on the free path and in
+# fence.lua (the fair lock and both halves of the RW lock).
+m "token floor dropped (free path)" internal/scripts/lock_acquire_free.lua \
+  "  if current < floor then
+    return {1, redis.call('incrby', KEYS[2], floor - current)}" \
+  "  if false then
+    return {1, redis.call('incrby', KEYS[2], floor - current)}" \
+  . '^(TestTokensSurviveLostWrites)$'
+m "token floor dropped (fence)" internal/scripts/fence.lua \
+  "  if current < floor then
+    return redis.call('incrby', counter, floor - current)" \
+  "  if false then
+    return redis.call('incrby', counter, floor - current)" \
+  . '^(TestTokensSurviveLostWrites)$'
+# The counter must keep the last token, so that Redisson's FencedLock,
+# which INCRs it, goes on above it.
+m "counter does not keep the token" internal/scripts/lock_acquire_free.lua \
+  "return {1, redis.call('incrby', KEYS[2], floor - current)}" \
+  "redis.call('incr', KEYS[2])
+    return {1, floor}" \
+  . '^(TestRedissonFencedLockTokens)$'
+# The storage checks: the Redis fenced write refuses a lower token and
+# lets the same holder (an equal token) write again; the SQL check's
+# upsert changes the row only for a token not below it, and a refused
+# check is reported (tested against a real PostgreSQL, fencetest/).
+m "fenced write ignores the token" internal/scripts/fenced_write.lua \
+  "if tonumber(ARGV[1]) < last then" \
+  "if false then" \
+  . '^(TestFencedSet|TestFencedWriteRejectsPausedHolder)$'
+m "fenced write refuses an equal token" internal/scripts/fenced_write.lua \
+  "if tonumber(ARGV[1]) < last then" \
+  "if tonumber(ARGV[1]) <= last then" \
+  . '^(TestFencedSet)$'
+m "SQL fence check always updates" fence.go \
+  'DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token"' \
+  'DO UPDATE SET token = EXCLUDED.token"' \
+  ./fencetest '^(TestCheckTokenRejectsStale|TestPausedHolderRejectedByPostgres)$'
+m "SQL fence check ignores a refused upsert" fence.go \
+  'if n == 0 {' \
+  'if n < 0 {' \
+  ./fencetest '^(TestCheckTokenRejectsStale)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else
@@ -95,7 +137,7 @@ m "no wake-up on resubscription (chaos)" internal/pubsub/hub.go \
   ./internal/chaos '^(TestPubSubKills)$'
 # Fencing tokens must go up with every acquisition.
 m "fencing token not incremented" internal/scripts/fence.lua \
-  "return redis.call('incr', counter)" \
+  "  return nextToken(counter)" \
   "return tonumber(redis.call('get', counter) or '0')" \
   . '^(TestFencingTokens)$'
 # The watchdog tells a holder at its next renewal that the lock is gone,

@@ -273,8 +273,8 @@ func TestPausedHolder(t *testing.T) {
 	res := e.resource.Client()
 	defer res.Close()
 	tok, _ := dlock.Token(lctx)
-	if ok, err := fencedWrite.Run(ctx, res, []string{fenceKey}, tok).Int(); ok != 1 || err != nil {
-		t.Fatalf("new holder's write: %v %v", ok, err)
+	if err := dlock.FencedSet(ctx, res, tok, fenceKey, "new holder", 0); err != nil {
+		t.Fatalf("new holder's write: %v", err)
 	}
 	if err := m.Unlock(lctx); err != nil {
 		t.Fatal(err)

@@ -14,9 +14,11 @@ import (
 // failover can promote a replica that lacks the latest lock writes. After
 // SENTINEL FAILOVER the old master serves its clients until they hear of
 // the switch, and what they write there meanwhile (locks, fencing-token
-// increments) is lost when it becomes a replica: tokens go back, and
-// clients that switch at different moments can hold the lock on both
-// masters at once. A frozen cluster master grants nothing, so there only
+// increments) is lost when it becomes a replica: clients that switch at
+// different moments can hold the lock on both masters at once. (Tokens no
+// longer go back: the server's clock is their floor.) Every hold writes
+// the resource through dlock.FencedSet, and no stale write may be
+// accepted, in any run. A frozen cluster master grants nothing, so there only
 // writes not yet replicated when it froze are at risk. Without replica
 // sync these runs may grant the lock twice: what the history checker finds
 // is reported in the summary, not failed on. With WithReplicaSync(1, ...)

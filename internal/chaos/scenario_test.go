@@ -58,6 +58,11 @@ type outcome struct {
 	reversals int // holds whose fencing token was not above an earlier one's
 	notes     []string
 	holds     []history.Hold
+
+	// Stale fenced writes (history.StaleWrites): sent after a write with a
+	// token at least as high was accepted; the fenced write must refuse
+	// every one, so accepted must be 0 in every run.
+	staleWrites, staleAccepted int
 }
 
 // env is the Redis side of a scenario.
@@ -212,10 +217,11 @@ func run(t *testing.T, sc scenario) outcome {
 		}
 	}
 	o.reversals = len(violations) - o.overlaps
+	o.staleWrites, o.staleAccepted = history.StaleWrites(holds)
 	notes := fmt.Sprintf("lost %d, errors %d", total.Lost, total.Errors)
 	if sc.unsafe {
-		notes += fmt.Sprintf(", double grants (overlaps) %d, holds with a token not above an earlier one %d, fenced writes rejected %d, increments lost %d",
-			o.overlaps, o.reversals, total.Rejected, total.Increments-counter)
+		notes += fmt.Sprintf(", double grants (overlaps) %d, holds with a token not above an earlier one %d, fenced writes rejected %d, stale writes %d (accepted %d), increments lost %d",
+			o.overlaps, o.reversals, total.Rejected, o.staleWrites, o.staleAccepted, total.Increments-counter)
 	}
 	if sc.notes != "" {
 		notes += "; " + sc.notes
@@ -249,6 +255,9 @@ func run(t *testing.T, sc scenario) outcome {
 		default:
 			t.Error(v)
 		}
+	}
+	if o.staleAccepted > 0 {
+		t.Errorf("%d of %d stale fenced writes accepted: the resource let an older holder write after a newer one", o.staleAccepted, o.staleWrites)
 	}
 	if counter != total.Increments && !sc.unsafe {
 		t.Errorf("counter = %d after %d increments: an increment was lost", counter, total.Increments)

@@ -85,17 +85,12 @@ func lockClient(cfg workerConfig) redis.UniversalClient {
 }
 
 // The resource: a counter incremented non-atomically under the lock, and a
-// fenced register that refuses tokens lower than the highest it has seen.
+// register written with dlock's fenced write (dlock.FencedSet), which
+// refuses tokens lower than the highest it has seen.
 const (
 	counterKey = "chaos:counter"
 	fenceKey   = "chaos:fence"
 )
-
-var fencedWrite = redis.NewScript(`
-local max = tonumber(redis.call('get', KEYS[1]) or '0')
-if tonumber(ARGV[1]) < max then return 0 end
-redis.call('set', KEYS[1], ARGV[1])
-return 1`)
 
 // workerResult is what a worker prints on stdout when it is done.
 type workerResult struct {
@@ -173,7 +168,7 @@ func runWorker(cfgJSON string) error {
 				// (its lock context ends), unless it ignores that.
 				var told atomic.Int64
 				stopTold := context.AfterFunc(lctx, func() { told.Store(history.Now()) })
-				inc, rejected := critical(lctx, resRdb, cfg, h.Token)
+				inc, rejected := critical(lctx, resRdb, cfg, &h)
 				h.Released = history.Now()
 				stopTold()
 				if at := told.Load(); at != 0 && at < h.Released && !cfg.IgnoreLost {
@@ -219,9 +214,10 @@ func runWorker(cfgJSON string) error {
 }
 
 // critical is the work done under the lock: a non-atomic increment of the
-// shared counter (lost if two holders overlap) and, when fenced, a write to
-// the fenced register. It reports increments done and writes rejected.
-func critical(ctx context.Context, rdb *redis.Client, cfg workerConfig, token int64) (inc, rejected int) {
+// shared counter (lost if two holders overlap) and, when fenced, a fenced
+// write of the owner to the register first, recorded in h. It reports
+// increments done and writes rejected (ErrStaleToken).
+func critical(ctx context.Context, rdb *redis.Client, cfg workerConfig, h *history.Hold) (inc, rejected int) {
 	if cfg.IgnoreLost {
 		ctx = context.WithoutCancel(ctx)
 	}
@@ -231,8 +227,10 @@ func critical(ctx context.Context, rdb *redis.Client, cfg workerConfig, token in
 	}
 	pause(cfg.Critical)
 	if cfg.Fenced {
-		ok, err := fencedWrite.Run(ctx, rdb, []string{fenceKey}, token).Int()
-		if err == nil && ok == 0 {
+		h.WriteStart = history.Now()
+		err := dlock.FencedSet(ctx, rdb, h.Token, fenceKey, h.Owner, 0)
+		h.WriteEnd, h.Accepted = history.Now(), err == nil
+		if errors.Is(err, dlock.ErrStaleToken) {
 			return 0, 1
 		}
 	}
@@ -287,12 +285,12 @@ func pausedHolder(ctx context.Context, m *dlock.Mutex, rdb *redis.Client) error 
 		cause = context.Cause(lctx)
 	case <-time.After(5 * time.Second):
 	}
-	ok, err := fencedWrite.Run(ctx, rdb, []string{fenceKey}, tokenOf(lctx)).Int()
-	if err != nil {
+	err = dlock.FencedSet(ctx, rdb, tokenOf(lctx), fenceKey, "paused", 0)
+	if err != nil && !errors.Is(err, dlock.ErrStaleToken) {
 		return err
 	}
 	unlockErr := m.Unlock(lctx)
 	fmt.Printf("cancelled=%v lost=%v accepted=%v unlock=%v\n",
-		cause != nil, errors.Is(cause, dlock.ErrLockLost), ok == 1, unlockErr)
+		cause != nil, errors.Is(cause, dlock.ErrLockLost), err == nil, unlockErr)
 	return nil
 }

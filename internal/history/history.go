@@ -28,6 +28,13 @@ type Hold struct {
 	Released int64  `json:"released"`        // CLOCK_MONOTONIC ns before Unlock was called
 	Wait     int64  `json:"wait"`            // ns spent in Lock
 	Lost     bool   `json:"lost,omitempty"`  // Unlock found the lock gone
+
+	// The hold's fenced write to the protected resource, if it made one:
+	// CLOCK_MONOTONIC ns before it was sent and after its reply, and
+	// whether the resource accepted it.
+	WriteStart int64 `json:"write_start,omitempty"`
+	WriteEnd   int64 `json:"write_end,omitempty"`
+	Accepted   bool  `json:"accepted,omitempty"`
 }
 
 // Now reads CLOCK_MONOTONIC in nanoseconds.
@@ -148,6 +155,43 @@ func Check(holds []Hold) []Violation {
 		}
 	}
 	return out
+}
+
+// StaleWrites counts the stale fenced writes among holds: writes sent
+// after another hold's write with a token at least as high (an older
+// holder's, or one that reused a token) had been accepted. A resource
+// that checks tokens must refuse every one: accepted counts those it let
+// through, which must be none.
+func StaleWrites(holds []Hold) (attempted, accepted int) {
+	var done []Hold // accepted writes, by the time their reply came
+	for _, h := range holds {
+		if h.Accepted {
+			done = append(done, h)
+		}
+	}
+	slices.SortFunc(done, func(a, b Hold) int { return cmpInt(a.WriteEnd, b.WriteEnd) })
+	// highest[i] is the highest token among done[:i+1].
+	highest := make([]int64, len(done))
+	for i, h := range done {
+		highest[i] = h.Token
+		if i > 0 {
+			highest[i] = max(highest[i], highest[i-1])
+		}
+	}
+	for _, h := range holds {
+		if h.WriteStart == 0 {
+			continue
+		}
+		// The accepted writes whose reply came before h's was sent.
+		n, _ := slices.BinarySearchFunc(done, h.WriteStart, func(d Hold, t int64) int { return cmpInt(d.WriteEnd, t) })
+		if n > 0 && highest[n-1] >= h.Token {
+			attempted++
+			if h.Accepted {
+				accepted++
+			}
+		}
+	}
+	return attempted, accepted
 }
 
 func cmpInt(a, b int64) int {

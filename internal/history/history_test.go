@@ -58,3 +58,29 @@ func TestRecordRead(t *testing.T) {
 		t.Error("CLOCK_MONOTONIC went backwards")
 	}
 }
+
+func TestStaleWrites(t *testing.T) {
+	w := func(owner string, token, start, end int64, accepted bool) Hold {
+		return Hold{Owner: owner, Token: token, WriteStart: start, WriteEnd: end, Accepted: accepted}
+	}
+	for _, tc := range []struct {
+		name                string
+		holds               []Hold
+		attempted, accepted int
+	}{
+		{"in order", []Hold{w("a", 1, 1, 2, true), w("b", 2, 3, 4, true)}, 0, 0},
+		{"older refused", []Hold{w("b", 2, 1, 2, true), w("a", 1, 3, 4, false)}, 1, 0},
+		{"older accepted", []Hold{w("b", 2, 1, 2, true), w("a", 1, 3, 4, true)}, 1, 1},
+		{"token reused", []Hold{w("b", 2, 1, 2, true), w("a", 2, 3, 4, true)}, 1, 1},
+		{"concurrent writes are not stale", []Hold{w("b", 2, 1, 5, true), w("a", 1, 3, 4, true)}, 0, 0},
+		{"refused writes set no bar", []Hold{w("b", 9, 1, 2, false), w("a", 1, 3, 4, true)}, 0, 0},
+		{"no write", []Hold{w("b", 2, 1, 2, true), {Owner: "a", Token: 1}}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			attempted, accepted := StaleWrites(tc.holds)
+			if attempted != tc.attempted || accepted != tc.accepted {
+				t.Errorf("StaleWrites = %d, %d; want %d, %d", attempted, accepted, tc.attempted, tc.accepted)
+			}
+		})
+	}
+}

@@ -22,14 +22,34 @@ local function fenced(arg)
   return n ~= -1 and n ~= -3
 end
 
+-- nextToken takes the next fencing token from counter and leaves it there:
+-- one above the counter, and at least the server's clock in microseconds
+-- since the epoch (TIME). The clock is the floor that a failover cannot
+-- take back: a promoted replica that never received the last increments
+-- still hands out tokens above them, as long as its clock is not behind
+-- the old master's by more than the failover took (docs/safety.md). The
+-- counter keeps the last token, so that Redisson's FencedLock, which INCRs
+-- it, continues above it. INCRBY keeps the arithmetic in Redis's 64-bit
+-- integers; Lua's doubles are exact up to 2^53, far above the clock.
+local function nextToken(counter)
+  local now = redis.call('time')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local current = tonumber(redis.call('get', counter) or '0')
+  if current < floor then
+    return redis.call('incrby', counter, floor - current)
+  end
+  return redis.call('incr', counter)
+end
+
 -- fence returns the token of an acquisition: 0 when arg is "-1" (not
--- fenced), else a token above every earlier one, taken from counter. held
--- says whether the owner's field was there before this run. A first
--- acquisition (arg "0") that finds its field is a command re-sent after a
--- lost reply, whose first run took the token: the counter holds it. A
--- re-entry (arg T, the owner's previous token) increments only a counter
--- still at T, for the same reason: while the owner holds the lock nobody
--- else can. A re-entry with no previous token (arg "-2") increments.
+-- fenced), else a token above every earlier one, taken from counter
+-- (nextToken). held says whether the owner's field was there before this
+-- run. A first acquisition (arg "0") that finds its field is a command
+-- re-sent after a lost reply, whose first run took the token: the counter
+-- holds it. A re-entry (arg T, the owner's previous token) takes a token
+-- only from a counter still at T, for the same reason: while the owner
+-- holds the lock nobody else can. A re-entry with no previous token (arg
+-- "-2") takes one.
 local function fence(counter, arg, held)
   if not fenced(arg) then
     return 0
@@ -41,6 +61,6 @@ local function fence(counter, arg, held)
       return current
     end
   end
-  return redis.call('incr', counter)
+  return nextToken(counter)
 end
 

@@ -10,5 +10,13 @@ if (ARGV[3] == '-1' or ARGV[3] == '0') and redis.call('exists', KEYS[1]) == 0 th
   if ARGV[3] == '-1' then
     return {1, 0}
   end
+  -- fence.lua's nextToken, inline: one above the counter and at least
+  -- the server's clock in microseconds.
+  local now = redis.call('time')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local current = tonumber(redis.call('get', KEYS[2]) or '0')
+  if current < floor then
+    return {1, redis.call('incrby', KEYS[2], floor - current)}
+  end
   return {1, redis.call('incr', KEYS[2])}
 end

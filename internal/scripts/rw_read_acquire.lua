@@ -46,7 +46,7 @@ if mode == 'read'
   end
   local token = 0
   if fenced(ARGV[4]) then
-    token = redis.call('incr', KEYS[3])
+    token = nextToken(KEYS[3])
   end
   return {1, token}
 end

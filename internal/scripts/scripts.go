@@ -26,6 +26,8 @@ var (
 	forceRelease string
 	//go:embed token_raise.lua
 	tokenRaise string
+	//go:embed fenced_write.lua
+	fencedWrite string
 )
 
 // Reentrant lock (Redisson RLock) scripts.
@@ -39,6 +41,10 @@ var (
 
 // RedLock fencing: raise a node's token counter to the quorum's token.
 var TokenRaise = newScript(tokenRaise)
+
+// FencedWrite is the storage side of fencing for data kept in Redis: a
+// SET or HSET that refuses a token below the highest one seen.
+var FencedWrite = newScript(fencedWrite)
 
 // sources maps each script of this package to its Lua source. It is
 // written only while the package initialises.

@@ -1,0 +1,157 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestFencedSet: a fenced SET goes through with a token at least as high
+// as any written before, and is refused, writing nothing, with a lower one.
+func TestFencedSet(t *testing.T) {
+	ctx := boundedCtx(t, 10*time.Second)
+	rdb := newRedis(t)
+	key := lockName(t) + ":value"
+	t.Cleanup(func() { rdb.Del(context.Background(), key, FenceKey(key)) })
+
+	write := func(token int64, value string) error {
+		t.Helper()
+		return FencedSet(ctx, rdb, token, key, value, 0)
+	}
+	for _, w := range []struct {
+		token int64
+		value string
+		stale bool
+	}{
+		{10, "a", false},
+		{10, "b", false}, // the same holder again
+		{9, "stale", true},
+		{11, "c", false},
+		{10, "stale", true},
+	} {
+		err := write(w.token, w.value)
+		if w.stale != errors.Is(err, ErrStaleToken) || (!w.stale && err != nil) {
+			t.Errorf("token %d: %v, want stale %v", w.token, err, w.stale)
+		}
+	}
+	if v, err := rdb.Get(ctx, key).Result(); v != "c" || err != nil {
+		t.Errorf("value %q, %v; want c (stale writes refused)", v, err)
+	}
+	if v, err := rdb.Get(ctx, FenceKey(key)).Int64(); v != 11 || err != nil {
+		t.Errorf("fence key %d, %v; want 11", v, err)
+	}
+	if err := FencedSet(ctx, rdb, 12, key, "d", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if d := pttl(t, rdb, key); d <= 0 || d > time.Minute {
+		t.Errorf("value's ttl %v, want up to a minute", d)
+	}
+	if d := pttl(t, rdb, FenceKey(key)); d != -1*time.Millisecond && d != -1 {
+		t.Errorf("fence key's ttl %v, want none", d)
+	}
+}
+
+// TestFencedHSet: the same for fields of a hash.
+func TestFencedHSet(t *testing.T) {
+	ctx := boundedCtx(t, 10*time.Second)
+	rdb := newRedis(t)
+	key := lockName(t) + ":hash"
+	t.Cleanup(func() { rdb.Del(context.Background(), key, FenceKey(key)) })
+	if err := FencedHSet(ctx, rdb, 5, key, "owner", "a", "n", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := FencedHSet(ctx, rdb, 4, key, "owner", "stale"); !errors.Is(err, ErrStaleToken) {
+		t.Errorf("lower token: %v, want ErrStaleToken", err)
+	}
+	if err := FencedHSet(ctx, rdb, 6, key, "n", 2); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rdb.HGetAll(ctx, key).Result(); err != nil || v["owner"] != "a" || v["n"] != "2" {
+		t.Errorf("hash %v, %v; want owner a, n 2", v, err)
+	}
+}
+
+// TestFencedWriteInput: bad input is refused before Redis is asked.
+func TestFencedWriteInput(t *testing.T) {
+	ctx := boundedCtx(t, 10*time.Second)
+	rdb := newRedis(t)
+	for name, err := range map[string]error{
+		"token 0":        FencedSet(ctx, rdb, 0, "k", "v", 0),
+		"negative token": FencedSet(ctx, rdb, -1, "k", "v", 0),
+		"negative ttl":   FencedSet(ctx, rdb, 1, "k", "v", -time.Second),
+		"empty key":      FencedSet(ctx, rdb, 1, "", "v", 0),
+		"odd values":     FencedHSet(ctx, rdb, 1, "k", "f"),
+		"no values":      FencedHSet(ctx, rdb, 1, "k"),
+	} {
+		if !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	if n, _ := rdb.Exists(ctx, "k", FenceKey("k")).Result(); n != 0 {
+		t.Errorf("%d keys written by refused calls", n)
+	}
+	for _, table := range []string{"a;drop", "a b", "1a", "a.b.c"} {
+		if err := (SQLFence{Table: table}).Check(ctx, nil, "r", 1); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("table %q: %v, want ErrInvalidOption", table, err)
+		}
+	}
+	if err := CheckToken(ctx, nil, "r", 1); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("nil tx: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestFencedWriteRejectsPausedHolder is the founding articles' third
+// experiment on Redis: a holder whose work outlasts its lease loses the
+// lock to another, which writes; the first holder's late write carries
+// an older token and is refused.
+func TestFencedWriteRejectsPausedHolder(t *testing.T) {
+	ctx := boundedCtx(t, 20*time.Second)
+	rdb := newRedis(t)
+	name := lockName(t)
+	key := name + ":data"
+	t.Cleanup(func() { rdb.Del(context.Background(), key, FenceKey(key)) })
+	slow := mustMutex(t, newClient(t, nil), name, WithFencing(), WithLease(200*time.Millisecond))
+	fast := mustMutex(t, newClient(t, nil), name, WithFencing())
+
+	l1 := mustLock(t, ctx, slow)
+	t1, _ := Token(l1)
+	awaitDone(t, l1, 5*time.Second, "the slow holder's lease to run out") // its work outlasts the lease
+	l2 := mustLock(t, ctx, fast)
+	t2, _ := Token(l2)
+	if err := FencedSet(ctx, rdb, t2, key, "fast", 0); err != nil {
+		t.Fatalf("the new holder's write: %v", err)
+	}
+	// The slow holder ignores its cancelled context and writes anyway.
+	if err := FencedSet(ctx, rdb, t1, key, "slow", 0); !errors.Is(err, ErrStaleToken) {
+		t.Errorf("the old holder's write (token %d after %d): %v, want ErrStaleToken", t1, t2, err)
+	}
+	if v, _ := rdb.Get(ctx, key).Result(); v != "fast" {
+		t.Errorf("value %q, want the new holder's", v)
+	}
+	if err := fast.Unlock(l2); err != nil {
+		t.Fatal(err)
+	}
+
+}
+
+// TestFencedSetCluster: the token key is in the value's slot, with or
+// without a hash tag in the key, so the script runs on a cluster.
+func TestFencedSetCluster(t *testing.T) {
+	ctx := boundedCtx(t, 20*time.Second)
+	cl := sharedCluster(t).Client()
+	defer cl.Close()
+	for _, key := range []string{lockName(t) + ":plain", "{" + lockName(t) + "}:tagged"} {
+		if err := FencedSet(ctx, cl, 7, key, "v", 0); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if err := FencedHSet(ctx, cl, 6, key+":h", "f", "v"); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if err := FencedSet(ctx, cl, 6, key, "stale", 0); !errors.Is(err, ErrStaleToken) {
+			t.Errorf("%s: lower token: %v, want ErrStaleToken", key, err)
+		}
+		cl.Del(context.Background(), key, FenceKey(key))
+		cl.Del(context.Background(), key+":h", FenceKey(key+":h"))
+	}
+}
