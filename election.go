@@ -179,7 +179,9 @@ func (e *Election) unlockAside(lockCtx context.Context) {
 
 // Proclaim sets the leader's value without an election. leaderCtx is the
 // context Campaign returned (or one derived from it). The error wraps
-// ErrNotLeader when the leadership has ended (Resign, or lost).
+// ErrNotLeader when the leadership has ended (Resign, or lost); when
+// Proclaim is the first to find it gone from Redis, the leader context is
+// cancelled with cause ErrLockLost.
 func (e *Election) Proclaim(leaderCtx context.Context, value string) error {
 	l, err := e.leadership(leaderCtx)
 	if err != nil {
@@ -190,6 +192,7 @@ func (e *Election) Proclaim(leaderCtx context.Context, value string) error {
 	case err != nil:
 		return fmt.Errorf("dlock: proclaim %q: %w", e.name, err)
 	case seq < 0:
+		l.lose(leaderCtx)
 		return fmt.Errorf("%w: %q: the leadership is gone from Redis", ErrNotLeader, e.name)
 	}
 	return nil

@@ -105,6 +105,20 @@ func TestElectionCampaignProclaimResign(t *testing.T) {
 	if keys = slices.DeleteFunc(keys, func(k string) bool { return k == layout.Prefixed(layout.TokenPrefix, name) }); len(keys) > 0 {
 		t.Errorf("left in Redis after Resign: %v", keys)
 	}
+
+	// A leader whose lock is gone (unnoticed yet) cannot proclaim, and
+	// learns so through its leader context.
+	lead = mustCampaign(t, ctx, b, "b1")
+	if err := rdb.Del(ctx, name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Proclaim(lead, "b2"); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("Proclaim without the lock: %v, want ErrNotLeader", err)
+	}
+	awaitDone(t, lead, 5*time.Second, "leader context after Proclaim found the lock gone")
+	if _, err := a.Leader(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Errorf("Leader without the lock: %v, want ErrNoLeader", err)
+	}
 }
 
 // TestElectionObserversAgree: observers on three Clients see every change

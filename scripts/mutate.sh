@@ -602,6 +602,42 @@ m "hold: a lost lock exits 0" cmd/dlock/cmd_hold.go \
   'return exitf(0, "%s; no longer holding it"' \
   ./cmd/dlock '^(TestHoldLockLost)$'
 
+# --- leader election and deadlock detection ---
+# Observers drop a change not newer than the last one they took: a lost
+# leader's late "ended" must not follow the next leader.
+m "election: observe delivers a stale revision" election.go \
+  '	if !r.after(o.last) {
+		return
+	}' \
+  '	if r == o.last {
+		return
+	}' \
+  . '^(TestElectionStaleEndDropped)$'
+# The keeper that finds the leadership gone from Redis ends the leader
+# context (the record deleted: only the keeper can tell).
+m "election: leader context not cancelled on loss" election.go \
+  '				l.lose(leaderCtx)' \
+  '				_ = leaderCtx' \
+  . '^TestElectionLossCancelsLeaderCtx$/^record$'
+# A leader whose Client finds the leadership lost tells the observers.
+m "election: loss not announced" election.go \
+  '	if l.e.c.isClosed() {
+		return
+	}
+	ctx, cancel' \
+  '	if true {
+		return
+	}
+	ctx, cancel' \
+  . '^TestElectionLossCancelsLeaderCtx$/^lock$'
+# Proclaim must be refused to a leadership that is not the record's.
+m "election: proclaim without the lock" internal/scripts/election_proclaim.lua \
+  "if redis.call('hexists', KEYS[1], ARGV[1]) == 0
+    or" \
+  "if" \
+  . '^(TestElectionCampaignProclaimResign)$'
+
+
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
   mkdir -p "$1"

@@ -25,6 +25,8 @@ Usage:
   dlock list [flags] [PATTERN]               list the locks whose name matches PATTERN (default *)
   dlock top [flags] [PATTERN]                a live view of those locks, most waited-for first
   dlock unlock --force [--yes] [flags] NAME  delete lock NAME whoever holds it
+  dlock elect [flags] NAME [--] COMMAND      run COMMAND while elected leader of NAME
+  dlock leader [--watch] [flags] NAME        show the leader of NAME (and each change)
   dlock demo [flags]                         a live demo on a throwaway redis-server
   dlock version [--json]                     print version information (also --version, -V)
   dlock help [COMMAND | TOPIC]               show the help of COMMAND, or of TOPIC:
@@ -68,7 +70,8 @@ const exitHelp = `Exit status:
          another status with -E N (--conflict-exit-code)
   4      Redis unreachable: connection refused, timeout, DNS, TLS
   5      Redis refused the credentials (wrong user or password, missing ACL permission)
-  6      run, hold: the lock (or permit) was lost (run stopped COMMAND)
+  6      run, hold: the lock (or permit) was lost (run stopped COMMAND); elect: the
+         leadership was lost (COMMAND was stopped; --on-loss exit)
   126    run: COMMAND could not be executed
   127    run: COMMAND was not found
   128+N  run: COMMAND was killed by signal N, or dlock by signal N while waiting
@@ -119,6 +122,8 @@ func commands() []command {
 		{"list", listUsage, (*cli).listCmd},
 		{"top", topUsage, (*cli).topCmd},
 		{"unlock", unlockUsage, (*cli).unlockCmd},
+		{"elect", electUsage, (*cli).electCmd},
+		{"leader", leaderUsage, (*cli).leaderCmd},
 		{"demo", demoUsage, (*cli).demoCmd},
 		{"version", versionUsage, (*cli).versionCmd},
 	}
