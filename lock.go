@@ -81,6 +81,9 @@ func (h *handle) Name() string { return h.name }
 // ErrLockLost if the lock is lost first. When ctx ends first the error
 // wraps ErrNotObtained and ctx.Err().
 func (h *handle) Lock(ctx context.Context) (context.Context, error) {
+	if h != nil && h.c != nil && h.c.waits != nil && ctx != nil {
+		return h.c.waits.lock(ctx, h) // WithDeadlockDetection (deadlock.go)
+	}
 	return h.acquire(ctx, false)
 }
 

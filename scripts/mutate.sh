@@ -636,6 +636,24 @@ m "election: proclaim without the lock" internal/scripts/election_proclaim.lua \
     or" \
   "if" \
   . '^(TestElectionCampaignProclaimResign)$'
+# The youngest waiter of a cycle backs off, not another one.
+m "deadlock: cycle check skips the youngest" deadlock.go \
+  '		y := youngest(d)
+		victims' \
+  '		y := d.Waits[len(d.Waits)-1]
+		victims' \
+  . '^(TestDeadlockBroken)$'
+# A Lock that sleeps while its owner may hold locks is recorded.
+m "deadlock: wait not recorded" deadlock.go \
+  '			ws.begin(w)' \
+  '			_ = w' \
+  . '^(TestDeadlockReported)$'
+# A wait's record goes when its Lock returns.
+m "deadlock: wait record kept after the Lock returned" deadlock.go \
+  '		delete(ws.current, w)
+		ws.poke()' \
+  '		ws.poke()' \
+  . '^(TestDeadlockReported)$'
 
 
 # copy makes a scratch copy of the working tree (without .git) in $1.

@@ -1,0 +1,212 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/layout"
+)
+
+// crossWait is the classic deadlock: owner a holds l1 and waits for l2,
+// owner b holds l2 and waits for l1, a starting to wait first. It returns
+// the results of a's and b's waits.
+type crossWait struct {
+	l1a, l2a, l1b, l2b *Mutex // l1 and l2 through a's Client and b's
+	a, b               context.Context
+	aDone, bDone       chan error
+}
+
+func startCrossWait(t *testing.T, ca, cb *Client) *crossWait {
+	t.Helper()
+	ctx := boundedCtx(t, 30*time.Second)
+	name := lockName(t)
+	x := &crossWait{
+		l1a: mustMutex(t, ca, name+":1"), l2a: mustMutex(t, ca, name+":2"),
+		l1b: mustMutex(t, cb, name+":1"), l2b: mustMutex(t, cb, name+":2"),
+		aDone: make(chan error, 1), bDone: make(chan error, 1),
+	}
+	x.a = mustLock(t, ctx, x.l1a)
+	x.b = mustLock(t, ctx, x.l2b)
+	waitFor := func(m *Mutex, held context.Context, done chan<- error) {
+		go func() {
+			lctx, err := m.Lock(held)
+			if err == nil {
+				err = m.Unlock(lctx)
+			}
+			done <- err
+		}()
+	}
+	waitFor(x.l2a, x.a, x.aDone)
+	eventually(t, 10*time.Second, func() error { // a's wait is recorded
+		if n := len(ca.waits.snapshot()); n != 1 {
+			return fmt.Errorf("%d waits of a recorded", n)
+		}
+		return nil
+	})
+	waitFor(x.l1b, x.b, x.bDone)
+	return x
+}
+
+// TestDeadlockReported: the cycle of two owners on two Clients is
+// reported by Deadlocks (on a third Client, without the option) within
+// moments, with the locks, owners, holder records and the youngest first.
+func TestDeadlockReported(t *testing.T) {
+	ca := newClient(t, nil, WithDeadlockDetection(0), WithClientName("a"))
+	cb := newClient(t, nil, WithDeadlockDetection(0), WithClientName("b"))
+	x := startCrossWait(t, ca, cb)
+	ownerA, _ := ca.Owner(x.a)
+	ownerB, _ := cb.Owner(x.b)
+	var found []Deadlock
+	eventually(t, 10*time.Second, func() error {
+		var err error
+		found, err = newClient(t, nil).Deadlocks(t.Context())
+		if err == nil && len(found) != 1 {
+			err = fmt.Errorf("deadlocks %+v, want 1", found)
+		}
+		return err
+	})
+	w := found[0].Waits
+	if len(w) != 2 || w[0].Owner != ownerB || w[0].Lock != x.l1a.Name() || w[1].Owner != ownerA || w[1].Lock != x.l2a.Name() ||
+		w[0].Kind != KindMutex || w[0].Holder.PID != os.Getpid() || w[0].Holder.Name != "b" || w[1].Holder.Name != "a" ||
+		!w[0].Since.After(w[1].Since) && !w[0].Since.Equal(w[1].Since) {
+		t.Errorf("cycle %+v, want b waiting for l1 (youngest first), a for l2", w)
+	}
+	// Record only: nobody backs off. Broken by hand: b lets go of l2,
+	// which ends its lock context and so its wait; a gets l2.
+	select {
+	case err := <-x.bDone:
+		t.Fatalf("b's wait ended without the option to break it: %v", err)
+	default:
+	}
+	if err := x.l2b.Unlock(x.b); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, x.bDone, 10*time.Second, "b's wait"); errors.Is(err, ErrDeadlock) || !errors.Is(err, context.Canceled) {
+		t.Errorf("b's Lock: %v, want its context's end", err)
+	}
+	if err := recv(t, x.aDone, 10*time.Second, "a's wait"); err != nil {
+		t.Error(err)
+	}
+	if err := x.l1a.Unlock(x.a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		for _, c := range []*Client{ca, cb} {
+			if exists(t, c.rdb, layout.WaitsPrefix+c.id) {
+				return fmt.Errorf("wait record of %s still there", c.id)
+			}
+		}
+		return nil
+	})
+}
+
+// TestDeadlockBroken: with a check interval, the youngest waiter of the
+// cycle (b, which started waiting last) fails with ErrDeadlock within a
+// few intervals; a, the other, gets its lock once b let go.
+func TestDeadlockBroken(t *testing.T) {
+	const every = 100 * time.Millisecond
+	ca := newClient(t, nil, WithDeadlockDetection(every))
+	cb := newClient(t, nil, WithDeadlockDetection(every))
+	start := time.Now()
+	x := startCrossWait(t, ca, cb)
+	err := recv(t, x.bDone, 10*time.Second, "b failing in the deadlock")
+	if !errors.Is(err, ErrDeadlock) || !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("b's Lock: %v, want ErrDeadlock and ErrNotObtained", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("broken after %v, check interval %v", d, every)
+	}
+	select {
+	case err := <-x.aDone:
+		t.Fatalf("a's wait ended (%v) while b still held l2", err)
+	default:
+	}
+	if err := x.l2b.Unlock(x.b); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, x.aDone, 10*time.Second, "a's wait once b let go"); err != nil {
+		t.Errorf("a's Lock: %v", err)
+	}
+	if err := x.l1a.Unlock(x.a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeadlockNoFalsePositive: owners on two Clients take two locks, in
+// the same order, many times over, waiting for each other all along; no
+// Lock fails with ErrDeadlock and Deadlocks never reports a cycle.
+func TestDeadlockNoFalsePositive(t *testing.T) {
+	const every = 20 * time.Millisecond
+	name := lockName(t)
+	clients := []*Client{newClient(t, nil, WithDeadlockDetection(every)), newClient(t, nil, WithDeadlockDetection(every))}
+	ctx := boundedCtx(t, 60*time.Second)
+	runCtx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	var rounds, waited atomic.Int64
+	errs := make(chan error, 16)
+	for i := range 6 {
+		c := clients[i%2]
+		l1, l2 := mustMutex(t, c, name+":1"), mustMutex(t, c, name+":2")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				c1, err := l1.Lock(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				c2, err := l2.Lock(c1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				_ = l1.Unlock(c1)            // l1 first: the next owner waits for l2
+				_ = l2.Unlock(c2)
+				rounds.Add(1)
+			}
+		}()
+	}
+	checker := newClient(t, nil)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for runCtx.Err() == nil {
+			if d, err := checker.Deadlocks(ctx); err == nil && len(d) > 0 {
+				errs <- fmt.Errorf("cycle reported: %+v", d)
+				return
+			}
+			for _, c := range clients {
+				if len(c.waits.snapshot()) > 0 {
+					waited.Add(1)
+				}
+			}
+			time.Sleep(every)
+		}
+	}()
+	awaitGroup(t, &wg, 30*time.Second, "the owners")
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if rounds.Load() < 10 || waited.Load() == 0 {
+		t.Errorf("%d rounds, waits seen %d times: not a contended run", rounds.Load(), waited.Load())
+	}
+}
+
+// TestDeadlockOption: a negative or too short interval is refused.
+func TestDeadlockOption(t *testing.T) {
+	for _, d := range []time.Duration{-time.Second, time.Millisecond} {
+		if _, err := New(newRedis(t), WithDeadlockDetection(d)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithDeadlockDetection(%v): %v, want ErrInvalidOption", d, err)
+		}
+	}
+}
