@@ -27,6 +27,7 @@ Usage:
   dlock unlock --force [--yes] [flags] NAME  delete lock NAME whoever holds it
   dlock elect [flags] NAME [--] COMMAND      run COMMAND while elected leader of NAME
   dlock leader [--watch] [flags] NAME        show the leader of NAME (and each change)
+  dlock deadlocks [flags]                    find wait-for cycles among owners across processes
   dlock demo [flags]                         a live demo on a throwaway redis-server
   dlock version [--json]                     print version information (also --version, -V)
   dlock help [COMMAND | TOPIC]               show the help of COMMAND, or of TOPIC:
@@ -124,6 +125,7 @@ func commands() []command {
 		{"unlock", unlockUsage, (*cli).unlockCmd},
 		{"elect", electUsage, (*cli).electCmd},
 		{"leader", leaderUsage, (*cli).leaderCmd},
+		{"deadlocks", deadlocksUsage, (*cli).deadlocksCmd},
 		{"demo", demoUsage, (*cli).demoCmd},
 		{"version", versionUsage, (*cli).versionCmd},
 	}
