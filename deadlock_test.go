@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // crossWait is the classic deadlock: owner a holds l1 and waits for l2,
@@ -208,5 +212,67 @@ func TestDeadlockOption(t *testing.T) {
 		if _, err := New(newRedis(t), WithDeadlockDetection(d)); !errors.Is(err, ErrInvalidOption) {
 			t.Errorf("WithDeadlockDetection(%v): %v, want ErrInvalidOption", d, err)
 		}
+	}
+}
+
+// BenchmarkDeadlockRecordCost measures what recording waits costs Redis:
+// the commands a contended nested wait (an owner holding one lock waits
+// for another, which its holder then releases) makes the server process,
+// with WithDeadlockDetection (record only, and checking every 10ms) and
+// without it. Reported as cmds/wait, from INFO's
+// total_commands_processed on a server of its own.
+func BenchmarkDeadlockRecordCost(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"off", nil}, {"record", []Option{WithDeadlockDetection(0)}}, {"check-10ms", []Option{WithDeadlockDetection(10 * time.Millisecond)}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			srv := redistest.NewServer(b)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			ctx := context.Background()
+			ca, cb := newClient(b, rdb, mode.opts...), newClient(b, rdb, mode.opts...)
+			l1, l2a, l2b := mustMutex(b, ca, "cost:1"), mustMutex(b, ca, "cost:2"), mustMutex(b, cb, "cost:2")
+			processed := func() int64 {
+				info, err := rdb.Info(ctx, "stats").Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, line := range strings.Split(info, "\r\n") {
+					if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+						n, _ := strconv.ParseInt(v, 10, 64)
+						return n
+					}
+				}
+				b.Fatal("no total_commands_processed in INFO")
+				return 0
+			}
+			before := processed()
+			for range b.N {
+				held := mustLock(b, ctx, l1)
+				other := mustLock(b, ctx, l2b)
+				done := make(chan error, 1)
+				go func() {
+					lctx, err := l2a.Lock(held) // waits: l2 is held
+					if err == nil {
+						err = l2a.Unlock(lctx)
+					}
+					done <- err
+				}()
+				eventually(b, 10*time.Second, func() error { // a sleeps in its wait
+					if ok, _ := rdb.PubSubNumSub(ctx, layout.Prefixed(layout.LockChannelPrefix, "cost:2")).Result(); ok[layout.Prefixed(layout.LockChannelPrefix, "cost:2")] == 0 {
+						return fmt.Errorf("not waiting yet")
+					}
+					return nil
+				})
+				time.Sleep(30 * time.Millisecond) // a few checks while it waits
+				_ = l2b.Unlock(other)
+				if err := recv(b, done, 10*time.Second, "the wait"); err != nil {
+					b.Fatal(err)
+				}
+				_ = l1.Unlock(held)
+			}
+			b.ReportMetric(float64(processed()-before)/float64(b.N), "cmds/wait")
+		})
 	}
 }
