@@ -346,3 +346,32 @@ func killNamed(t testing.TB, ctx context.Context, name string) {
 		}
 	}
 }
+
+// TestElectionObserverMissedChange: a change published while an
+// observer's subscription connection is down reaches it once the
+// subscription is back (the hub reports the gap and the observer reads
+// the record), not only at the record's expiry a lease later.
+func TestElectionObserverMissedChange(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	name := lockName(t)
+	g := &dialGate{}
+	co := gatedClient(t, g) // the default 30s lease: its safety net is far
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := newElection(t, co, name).Observe(octx)
+	recv(t, seen, 10*time.Second, "observer's first report")
+	a := newElection(t, newClient(t, nil), name)
+	lead := mustCampaign(t, ctx, a, "a1")
+	if got := recv(t, seen, 10*time.Second, "a elected"); got.Value != "a1" {
+		t.Fatalf("observer saw %+v, want a1", got)
+	}
+	missNotice(t, co, g, layout.Prefixed(layout.ElectionChannelPrefix, name), func() error {
+		return a.Proclaim(lead, "a2")
+	})
+	if got := recv(t, seen, 10*time.Second, "the change made while the observer was cut off"); got.Value != "a2" || got.Seq != 1 {
+		t.Errorf("observer saw %+v, want a2", got)
+	}
+	if err := a.Resign(lead); err != nil {
+		t.Fatal(err)
+	}
+}

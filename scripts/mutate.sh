@@ -636,6 +636,19 @@ m "election: proclaim without the lock" internal/scripts/election_proclaim.lua \
     or" \
   "if" \
   . '^(TestElectionCampaignProclaimResign)$'
+# An observer whose subscription was opened again reads the record: the
+# changes published meanwhile were lost.
+m "election: observer ignores a resubscription" election.go \
+  '			if gap {
+				safety.Reset(0)
+			}' \
+  '			_ = gap' \
+  . '^(TestElectionObserverMissedChange)$'
+m "hub: listeners not told of a resubscription" internal/pubsub/hub.go \
+  '		ch.missed()
+' \
+  '' \
+  . '^(TestElectionObserverMissedChange)$'
 # The youngest waiter of a cycle backs off, not another one.
 m "deadlock: cycle check skips the youngest" deadlock.go \
   '		y := youngest(d)
