@@ -276,3 +276,25 @@ func BenchmarkDeadlockRecordCost(b *testing.B) {
 		})
 	}
 }
+
+// TestDeadlockCluster: on a Redis Cluster the wait records of every
+// master are read, and the cycle is broken.
+func TestDeadlockCluster(t *testing.T) {
+	cl := sharedCluster(t)
+	const every = 100 * time.Millisecond
+	ca := newClient(t, newClusterRedis(t, cl, time.Second), WithDeadlockDetection(every))
+	cb := newClient(t, newClusterRedis(t, cl, time.Second), WithDeadlockDetection(every))
+	x := startCrossWait(t, ca, cb)
+	if err := recv(t, x.bDone, 10*time.Second, "b failing in the deadlock"); !errors.Is(err, ErrDeadlock) {
+		t.Fatalf("b's Lock: %v, want ErrDeadlock", err)
+	}
+	if err := x.l2b.Unlock(x.b); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, x.aDone, 10*time.Second, "a's wait once b let go"); err != nil {
+		t.Errorf("a's Lock: %v", err)
+	}
+	if err := x.l1a.Unlock(x.a); err != nil {
+		t.Fatal(err)
+	}
+}

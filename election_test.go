@@ -375,3 +375,44 @@ func TestElectionObserverMissedChange(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestElectionCluster: on a Redis Cluster (sharded pub/sub where the
+// cluster has it) an observer sees every change, and nothing is left after
+// Resign but the fencing counter.
+func TestElectionCluster(t *testing.T) {
+	cl := sharedCluster(t)
+	ctx := boundedCtx(t, 60*time.Second)
+	name := "election:" + t.Name() + ":" + fmt.Sprint(time.Now().UnixNano())
+	rdb := newClusterRedis(t, cl, time.Second)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := newElection(t, newClient(t, newClusterRedis(t, cl, time.Second)), name).Observe(octx)
+	if got := recv(t, seen, 10*time.Second, "observer's first report"); got.Owner != "" {
+		t.Fatalf("first report %+v, want no leader", got)
+	}
+	a := newElection(t, newClient(t, rdb), name)
+	b := newElection(t, newClient(t, newClusterRedis(t, cl, time.Second)), name)
+	lead := mustCampaign(t, ctx, a, "a1")
+	if err := a.Proclaim(lead, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resign(lead); err != nil {
+		t.Fatal(err)
+	}
+	lead = mustCampaign(t, ctx, b, "b1")
+	if err := b.Resign(lead); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 5 {
+		got = append(got, describe(recv(t, seen, 10*time.Second, fmt.Sprintf("change after %v", got))))
+	}
+	if want := []string{"a1", "a2", "none", "b1", "none"}; !slices.Equal(got, want) {
+		t.Errorf("observer saw %v, want %v", got, want)
+	}
+	for _, k := range []string{name, layout.Prefixed(layout.ElectionPrefix, name)} {
+		if exists(t, rdb, k) {
+			t.Errorf("%s left after Resign", k)
+		}
+	}
+}
