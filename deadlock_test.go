@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -296,5 +297,22 @@ func TestDeadlockCluster(t *testing.T) {
 	}
 	if err := x.l1a.Unlock(x.a); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCyclesOf: every simple cycle of a wait-for graph once, whatever
+// node it is entered from; paths without a cycle and self-loops are none.
+func TestCyclesOf(t *testing.T) {
+	graph := map[string][]string{
+		"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, // a→b→c→a
+		"d": {"b"},      // b→d→b
+		"e": {"a", "e"}, // waits into a cycle; a self-loop is no cycle
+	}
+	got := cyclesOf([]string{"a", "b", "c", "d", "e"}, func(n string) []string {
+		return slices.DeleteFunc(slices.Clone(graph[n]), func(m string) bool { return m == n })
+	})
+	want := [][]string{{"a", "b", "c"}, {"b", "d"}}
+	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Errorf("cycles %v, want %v", got, want)
 	}
 }

@@ -402,7 +402,8 @@ func revisionOf(info LeaderInfo) revision {
 // between are then reported as one), and when the current record's
 // expiry passes (a leader that died without telling anyone): about one
 // read per lease while a leader is alive. Deliveries wait for the
-// receiver: an observer that is not read keeps the changes for it.
+// receiver: an observer that is not read keeps up to 1024 changes for
+// it, dropping the oldest beyond.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
 	if e.check(ctx) != nil {
@@ -435,12 +436,19 @@ func (o *observer) take(info LeaderInfo) {
 		return
 	}
 	o.last = r
-	if info.Owner == "" && !o.leading && len(o.pending) == 0 {
+	if info.Owner == "" && !o.leading {
 		return // no leader, and the observer was told so already
 	}
 	o.leading = info.Owner != ""
+	if len(o.pending) >= maxPending {
+		o.pending = o.pending[1:] // a receiver this far behind misses the oldest
+	}
 	o.pending = append(o.pending, info)
 }
+
+// maxPending bounds the changes an observer keeps for a receiver that
+// does not read them.
+const maxPending = 1024
 
 // observe runs one Observe until ctx ends or the Client is closed.
 func (e *Election) observe(ctx context.Context, w *pubsub.Waiter, out chan<- LeaderInfo) {
