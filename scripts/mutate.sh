@@ -649,6 +649,11 @@ m "hub: listeners not told of a resubscription" internal/pubsub/hub.go \
 ' \
   '' \
   . '^(TestElectionObserverMissedChange)$'
+# dlock elect --on-loss recampaign campaigns again after a loss.
+m "elect: --on-loss recampaign exits" cmd/dlock/cmd_elect.go \
+  'if a.onLoss != "recampaign" {' \
+  'if true {' \
+  ./cmd/dlock '^TestElectOnLoss$/^recampaign$'
 # The youngest waiter of a cycle backs off, not another one.
 m "deadlock: cycle check skips the youngest" deadlock.go \
   '		y := youngest(d)

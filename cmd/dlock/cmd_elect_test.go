@@ -152,3 +152,31 @@ func TestLeaderWatch(t *testing.T) {
 		t.Errorf("watcher: exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// TestElectLeaderPaused: a leader paused (SIGSTOP) past its lease is
+// replaced within about the lease; when it runs again it finds its
+// leadership lost, stops its COMMAND and exits 6.
+func TestElectLeaderPaused(t *testing.T) {
+	name := lockName(t)
+	dir := t.TempDir()
+	const lease = 2 * time.Second
+	script := `echo "$DLOCK_LEADER_VALUE" > ` + dir + `/$DLOCK_LEADER_VALUE; exec sleep 60`
+	a, _, errA := dlockProcess(t, "elect", "--watchdog", lease.String(), "--grace", "1s", "--value", "a", name, "--", "sh", "-c", script)
+	eventually(t, 10*time.Second, fileHas(filepath.Join(dir, "a"), "a\n"))
+	_, _, _ = dlockProcess(t, "elect", "--watchdog", lease.String(), "--value", "b", name, "--", "sh", "-c", script)
+	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	eventually(t, lease+10*time.Second, fileHas(filepath.Join(dir, "b"), "b\n"))
+	if d := time.Since(paused); d > lease+3*time.Second {
+		t.Errorf("b elected %v after a was paused, lease %v", d, lease)
+	}
+	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, a); code != exitLockLost {
+		t.Errorf("paused leader: exit %d, want %d; stderr %q", code, exitLockLost, errA.String())
+	}
+	awaitLeader(t, name, "b", 5*time.Second)
+}
