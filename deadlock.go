@@ -53,7 +53,8 @@ const minDeadlockInterval = 10 * time.Millisecond
 // The cost: while such an owner waits, one write when its wait starts and
 // one when it ends, the record's refresh every third of the watchdog
 // timeout, and, with an interval, one scan of the wait records and a read
-// of the waited-for locks per interval per Client.
+// of the waited-for locks per interval per Client. In the Client, every
+// Lock is observed as with WithObserver (a small allocation per call).
 func WithDeadlockDetection(interval time.Duration) Option {
 	return func(c *config) { c.deadlocks = &deadlockConfig{every: interval} }
 }
