@@ -57,6 +57,7 @@ type Client struct {
 	done   chan struct{} // closed by Close
 
 	record *clientRecord // who this Client is, for dlock status (clientinfo.go)
+	waits  *waits        // what its owners wait for, WithDeadlockDetection (deadlock.go); nil without
 }
 
 // New returns a Client that uses rdb, the go-redis client the application
@@ -114,6 +115,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		cluster: isCluster(rdb),
 		done:    make(chan struct{}),
 	}
+	if cfg.deadlocks != nil {
+		c.waits = newWaits(c, cfg.deadlocks)
+		WithObserver(c.waits.observer())(&c.cfg)
+	}
 	c.deadlines = honoursDeadlines(rdb)
 	c.tr = transport.New(rdb, transport.Config{Replicas: cfg.replicas.replicas, ReplicaTimeout: cfg.replicas.timeout, Deadlines: c.deadlines})
 	c.record = newClientRecord(c, time.Now())
@@ -164,6 +169,7 @@ func (c *Client) Close() error {
 		}
 	}
 	err := c.hub.Close()
+	c.waits.close()
 	c.record.close() // last: it waits for one DEL
 	return err
 }

@@ -34,10 +34,11 @@ type config struct {
 	watchdogTimeout time.Duration
 	batchSize       int
 	logger          *slog.Logger
-	replicas        replicaSync // WithReplicaSync; off by default
-	shardedPubSub   *bool       // WithShardedPubSub; nil: probe the cluster (newHub)
-	obs             *observers  // WithObserver (observe.go); nil without
-	clientName      string      // WithClientName
+	replicas        replicaSync     // WithReplicaSync; off by default
+	shardedPubSub   *bool           // WithShardedPubSub; nil: probe the cluster (newHub)
+	obs             *observers      // WithObserver (observe.go); nil without
+	clientName      string          // WithClientName
+	deadlocks       *deadlockConfig // WithDeadlockDetection (deadlock.go); nil without
 }
 
 func defaultConfig() config {
@@ -58,6 +59,9 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: nil logger", ErrInvalidOption)
 	case len(c.clientName) > maxClientName:
 		return fmt.Errorf("%w: client name of %d bytes is longer than %d", ErrInvalidOption, len(c.clientName), maxClientName)
+	}
+	if err := c.deadlocks.validate(); err != nil {
+		return err
 	}
 	return c.replicas.validate()
 }

@@ -698,6 +698,78 @@ m "hold: a lost lock exits 0" cmd/dlock/cmd_hold.go \
   'return exitf(0, "%s; no longer holding it"' \
   ./cmd/dlock '^(TestHoldLockLost)$'
 
+# --- leader election and deadlock detection ---
+# Observers drop a change not newer than the last one they took: a lost
+# leader's late "ended" must not follow the next leader.
+m "election: observe delivers a stale revision" election.go \
+  '	if !r.after(o.last) {
+		return
+	}' \
+  '	if r == o.last {
+		return
+	}' \
+  . '^(TestElectionStaleEndDropped)$'
+# The keeper that finds the leadership gone from Redis ends the leader
+# context (the record deleted: only the keeper can tell).
+m "election: leader context not cancelled on loss" election.go \
+  '				l.lose(leaderCtx)' \
+  '				_ = leaderCtx' \
+  . '^TestElectionLossCancelsLeaderCtx$/^record$'
+# A leader whose Client finds the leadership lost tells the observers.
+m "election: loss not announced" election.go \
+  '	if l.e.c.isClosed() {
+		return
+	}
+	ctx, cancel' \
+  '	if true {
+		return
+	}
+	ctx, cancel' \
+  . '^TestElectionLossCancelsLeaderCtx$/^lock$'
+# Proclaim must be refused to a leadership that is not the record's.
+m "election: proclaim without the lock" internal/scripts/election_proclaim.lua \
+  "if redis.call('hexists', KEYS[1], ARGV[1]) == 0
+    or" \
+  "if" \
+  . '^(TestElectionCampaignProclaimResign)$'
+# An observer whose subscription was opened again reads the record: the
+# changes published meanwhile were lost.
+m "election: observer ignores a resubscription" election.go \
+  '			if gap {
+				safety.Reset(0)
+			}' \
+  '			_ = gap' \
+  . '^(TestElectionObserverMissedChange)$'
+m "hub: listeners not told of a resubscription" internal/pubsub/hub.go \
+  '		ch.missed()
+' \
+  '' \
+  . '^(TestElectionObserverMissedChange)$'
+# dlock elect --on-loss recampaign campaigns again after a loss.
+m "elect: --on-loss recampaign exits" cmd/dlock/cmd_elect.go \
+  'if a.onLoss != "recampaign" {' \
+  'if true {' \
+  ./cmd/dlock '^TestElectOnLoss$/^recampaign$'
+# The youngest waiter of a cycle backs off, not another one.
+m "deadlock: cycle check skips the youngest" deadlock.go \
+  '		y := youngest(d)
+		victims' \
+  '		y := d.Waits[len(d.Waits)-1]
+		victims' \
+  . '^(TestDeadlockBroken)$'
+# A Lock that sleeps while its owner may hold locks is recorded.
+m "deadlock: wait not recorded" deadlock.go \
+  '			ws.begin(w)' \
+  '			_ = w' \
+  . '^(TestDeadlockReported)$'
+# A wait's record goes when its Lock returns.
+m "deadlock: wait record kept after the Lock returned" deadlock.go \
+  '		delete(ws.current, w)
+		ws.poke()' \
+  '		ws.poke()' \
+  . '^(TestDeadlockReported)$'
+
+
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
   mkdir -p "$1"

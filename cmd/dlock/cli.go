@@ -26,6 +26,9 @@ Usage:
   dlock top [flags] [PATTERN]                a live view of those locks, most waited-for first
   dlock unlock --force [--yes] [flags] NAME  delete lock NAME whoever holds it
   dlock clear-queue [--yes] [flags] NAME     delete fair lock NAME's waiting queue
+  dlock elect [flags] NAME [--] COMMAND      run COMMAND while elected leader of NAME
+  dlock leader [--watch] [flags] NAME        show the leader of NAME (and each change)
+  dlock deadlocks [flags]                    find wait-for cycles among owners across processes
   dlock demo [flags]                         a live demo on a throwaway redis-server
   dlock version [--json]                     print version information (also --version, -V)
   dlock help [COMMAND | TOPIC]               show the help of COMMAND, or of TOPIC:
@@ -69,7 +72,8 @@ const exitHelp = `Exit status:
          another status with -E N (--conflict-exit-code)
   4      Redis unreachable: connection refused, timeout, DNS, TLS
   5      Redis refused the credentials (wrong user or password, missing ACL permission)
-  6      run, hold: the lock (or permit) was lost (run stopped COMMAND)
+  6      run, hold: the lock (or permit) was lost (run stopped COMMAND); elect: the
+         leadership was lost (COMMAND was stopped; --on-loss exit)
   126    run: COMMAND could not be executed
   127    run: COMMAND was not found
   128+N  run: COMMAND was killed by signal N, or dlock by signal N while waiting
@@ -121,6 +125,9 @@ func commands() []command {
 		{"top", topUsage, (*cli).topCmd},
 		{"unlock", unlockUsage, (*cli).unlockCmd},
 		{"clear-queue", clearQueueUsage, (*cli).clearQueueCmd},
+		{"elect", electUsage, (*cli).electCmd},
+		{"leader", leaderUsage, (*cli).leaderCmd},
+		{"deadlocks", deadlocksUsage, (*cli).deadlocksCmd},
 		{"demo", demoUsage, (*cli).demoCmd},
 		{"version", versionUsage, (*cli).versionCmd},
 	}

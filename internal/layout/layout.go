@@ -91,6 +91,22 @@ func dlockClientID(id string) bool {
 	return true
 }
 
+// Leader election (dlock's own, election.go): an election named N is the
+// reentrant lock N (Redisson's layout, so that an RLock on N excludes it)
+// plus the hash ElectionPrefix+":{N}", which holds the leader's value and
+// revision and lives exactly as long as the leadership, and the channel
+// ElectionChannelPrefix+":{N}", on which every change is published.
+const (
+	ElectionPrefix        = "dlock:election"
+	ElectionChannelPrefix = "dlock:election:channel"
+)
+
+// Deadlock detection (dlock's own, deadlock.go): the hash
+// WaitsPrefix+<clientID> maps each owner of that Client that waits for a
+// lock while holding another to what it waits for. It has a TTL, like the
+// holder record, and exists only while the Client has such waits.
+const WaitsPrefix = "dlock:waits:"
+
 // Prefixed is Redisson's rule for a companion key in front of the name:
 // "p:{name}", or "p:name" when the name already carries a hash tag.
 func Prefixed(prefix, name string) string {

@@ -107,7 +107,16 @@ type Waiter struct {
 	name  string
 	ready chan struct{}
 	wake  chan struct{}
+	// A listener (Listen) also keeps the payloads of the messages, and
+	// whether some may have been missed; guarded by the hub's mutex.
+	listens bool
+	msgs    []string
+	gap     bool
 }
+
+// maxKept bounds the payloads a listener keeps unread; past it they are
+// dropped and the listener is told that it missed some.
+const maxKept = 1024
 
 // New returns a classic hub: one connection, opened with open on first use,
 // and SUBSCRIBE. open must return a PubSub without channels.
@@ -175,6 +184,32 @@ func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
 	w := &Waiter{hub: h, name: name, ready: ch.ready, wake: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
 	return w, nil
+}
+
+// Listen registers a listener on the named channel: a waiter that also
+// keeps every message's payload, in order, for Messages. It is woken by
+// every message (never passed an unlock message meant for one waiter).
+func (h *Hub) Listen(ctx context.Context, name string) (*Waiter, error) {
+	w, err := h.Subscribe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	w.listens = true
+	h.mu.Unlock()
+	return w, nil
+}
+
+// Messages returns the payloads a listener received since its last call,
+// in order, and whether messages may have been missed meanwhile (the
+// subscription was opened again after a reconnect, or more than maxKept
+// were waiting): the listener should then read the state they describe.
+func (w *Waiter) Messages() (msgs []string, gap bool) {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	msgs, gap = w.msgs, w.gap
+	w.msgs, w.gap = nil, false
+	return msgs, gap
 }
 
 // Ready is closed once the subscription is confirmed by Redis.
@@ -395,6 +430,7 @@ func (h *Hub) handle(s *shard, m any) {
 		}
 	case *redis.Message:
 		if ch := h.channels[m.Channel]; ch != nil {
+			ch.keep(m.Payload)
 			if m.Payload == UnlockMessage {
 				ch.wakeOne()
 			} else {
@@ -428,6 +464,7 @@ func (h *Hub) confirmed(s *shard, name string) {
 	}
 	if !ours || ch.moved {
 		ch.moved = false
+		ch.missed()
 		ch.wakeAll()
 	}
 }
@@ -529,5 +566,31 @@ func (ch *channel) wakeAll() {
 		case w.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// keep gives a message's payload to the channel's listeners.
+func (ch *channel) keep(payload string) {
+	for _, w := range ch.waiters {
+		switch {
+		case !w.listens:
+		case len(w.msgs) >= maxKept:
+			w.gap = true
+		default:
+			w.msgs = append(w.msgs, payload)
+		}
+		if w.listens {
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// missed tells the channel's listeners that messages may have been lost.
+func (ch *channel) missed() {
+	for _, w := range ch.waiters {
+		w.gap = w.gap || w.listens
 	}
 }

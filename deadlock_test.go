@@ -1,0 +1,321 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// crossWait is the classic deadlock: owner a holds l1 and waits for l2,
+// owner b holds l2 and waits for l1, a starting to wait first. It returns
+// the results of a's and b's waits.
+type crossWait struct {
+	l1a, l2a, l1b, l2b *Mutex // l1 and l2 through a's Client and b's
+	a, b               context.Context
+	aDone, bDone       chan error
+}
+
+func startCrossWait(t *testing.T, ca, cb *Client) *crossWait {
+	t.Helper()
+	ctx := boundedCtx(t, 30*time.Second)
+	name := lockName(t)
+	x := &crossWait{
+		l1a: mustMutex(t, ca, name+":1"), l2a: mustMutex(t, ca, name+":2"),
+		l1b: mustMutex(t, cb, name+":1"), l2b: mustMutex(t, cb, name+":2"),
+		aDone: make(chan error, 1), bDone: make(chan error, 1),
+	}
+	x.a = mustLock(t, ctx, x.l1a)
+	x.b = mustLock(t, ctx, x.l2b)
+	waitFor := func(m *Mutex, held context.Context, done chan<- error) {
+		go func() {
+			lctx, err := m.Lock(held)
+			if err == nil {
+				err = m.Unlock(lctx)
+			}
+			done <- err
+		}()
+	}
+	waitFor(x.l2a, x.a, x.aDone)
+	eventually(t, 10*time.Second, func() error { // a's wait is recorded
+		if n := len(ca.waits.snapshot()); n != 1 {
+			return fmt.Errorf("%d waits of a recorded", n)
+		}
+		return nil
+	})
+	waitFor(x.l1b, x.b, x.bDone)
+	return x
+}
+
+// TestDeadlockReported: the cycle of two owners on two Clients is
+// reported by Deadlocks (on a third Client, without the option) within
+// moments, with the locks, owners, holder records and the youngest first.
+func TestDeadlockReported(t *testing.T) {
+	ca := newClient(t, nil, WithDeadlockDetection(0), WithClientName("a"))
+	cb := newClient(t, nil, WithDeadlockDetection(0), WithClientName("b"))
+	x := startCrossWait(t, ca, cb)
+	ownerA, _ := ca.Owner(x.a)
+	ownerB, _ := cb.Owner(x.b)
+	var found []Deadlock
+	eventually(t, 10*time.Second, func() error {
+		var err error
+		found, err = newClient(t, nil).Deadlocks(t.Context())
+		if err == nil && len(found) != 1 {
+			err = fmt.Errorf("deadlocks %+v, want 1", found)
+		}
+		return err
+	})
+	w := found[0].Waits
+	if len(w) != 2 || w[0].Owner != ownerB || w[0].Lock != x.l1a.Name() || w[1].Owner != ownerA || w[1].Lock != x.l2a.Name() ||
+		w[0].Kind != KindMutex || w[0].Holder.PID != os.Getpid() || w[0].Holder.Name != "b" || w[1].Holder.Name != "a" ||
+		!w[0].Since.After(w[1].Since) && !w[0].Since.Equal(w[1].Since) {
+		t.Errorf("cycle %+v, want b waiting for l1 (youngest first), a for l2", w)
+	}
+	// Record only: nobody backs off. Broken by hand: b lets go of l2,
+	// which ends its lock context and so its wait; a gets l2.
+	select {
+	case err := <-x.bDone:
+		t.Fatalf("b's wait ended without the option to break it: %v", err)
+	default:
+	}
+	if err := x.l2b.Unlock(x.b); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, x.bDone, 10*time.Second, "b's wait"); errors.Is(err, ErrDeadlock) || !errors.Is(err, context.Canceled) {
+		t.Errorf("b's Lock: %v, want its context's end", err)
+	}
+	if err := recv(t, x.aDone, 10*time.Second, "a's wait"); err != nil {
+		t.Error(err)
+	}
+	if err := x.l1a.Unlock(x.a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		for _, c := range []*Client{ca, cb} {
+			if exists(t, c.rdb, layout.WaitsPrefix+c.id) {
+				return fmt.Errorf("wait record of %s still there", c.id)
+			}
+		}
+		return nil
+	})
+}
+
+// TestDeadlockBroken: with a check interval, the youngest waiter of the
+// cycle (b, which started waiting last) fails with ErrDeadlock within a
+// few intervals; a, the other, gets its lock once b let go.
+func TestDeadlockBroken(t *testing.T) {
+	const every = 100 * time.Millisecond
+	ca := newClient(t, nil, WithDeadlockDetection(every))
+	cb := newClient(t, nil, WithDeadlockDetection(every))
+	start := time.Now()
+	x := startCrossWait(t, ca, cb)
+	err := recv(t, x.bDone, 10*time.Second, "b failing in the deadlock")
+	if !errors.Is(err, ErrDeadlock) || !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("b's Lock: %v, want ErrDeadlock and ErrNotObtained", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("broken after %v, check interval %v", d, every)
+	}
+	select {
+	case err := <-x.aDone:
+		t.Fatalf("a's wait ended (%v) while b still held l2", err)
+	default:
+	}
+	if err := x.l2b.Unlock(x.b); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, x.aDone, 10*time.Second, "a's wait once b let go"); err != nil {
+		t.Errorf("a's Lock: %v", err)
+	}
+	if err := x.l1a.Unlock(x.a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeadlockNoFalsePositive: owners on two Clients take two locks, in
+// the same order, many times over, waiting for each other all along; no
+// Lock fails with ErrDeadlock and Deadlocks never reports a cycle.
+func TestDeadlockNoFalsePositive(t *testing.T) {
+	const every = 20 * time.Millisecond
+	name := lockName(t)
+	var waited atomic.Int64 // nested waits: an owner holding l1 sleeps for l2
+	count := WithObserver(Observer{Wait: func(_ context.Context, l LockInfo, w WaitInfo) {
+		if w.Round == 1 && l.Name == name+":2" {
+			waited.Add(1)
+		}
+	}})
+	clients := []*Client{newClient(t, nil, WithDeadlockDetection(every), count), newClient(t, nil, WithDeadlockDetection(every), count)}
+	ctx := boundedCtx(t, 60*time.Second)
+	runCtx, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	var rounds atomic.Int64
+	errs := make(chan error, 16)
+	for i := range 6 {
+		c := clients[i%2]
+		l1, l2 := mustMutex(t, c, name+":1"), mustMutex(t, c, name+":2")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				c1, err := l1.Lock(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				c2, err := l2.Lock(c1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(time.Millisecond) // the critical section
+				_ = l1.Unlock(c1)            // l1 first: the next owner waits for l2...
+				time.Sleep(2 * time.Millisecond)
+				_ = l2.Unlock(c2) // ...holding l1
+				rounds.Add(1)
+			}
+		}()
+	}
+	checker := newClient(t, nil)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for runCtx.Err() == nil {
+			if d, err := checker.Deadlocks(ctx); err == nil && len(d) > 0 {
+				errs <- fmt.Errorf("cycle reported: %+v", d)
+				return
+			}
+			time.Sleep(every)
+		}
+	}()
+	awaitGroup(t, &wg, 30*time.Second, "the owners")
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d rounds, %d nested waits, no deadlock reported", rounds.Load(), waited.Load())
+	if rounds.Load() < 10 || waited.Load() == 0 {
+		t.Errorf("%d rounds, %d nested waits: not a contended run", rounds.Load(), waited.Load())
+	}
+}
+
+// TestDeadlockOption: a negative or too short interval is refused.
+func TestDeadlockOption(t *testing.T) {
+	for _, d := range []time.Duration{-time.Second, time.Millisecond} {
+		if _, err := New(newRedis(t), WithDeadlockDetection(d)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("WithDeadlockDetection(%v): %v, want ErrInvalidOption", d, err)
+		}
+	}
+}
+
+// BenchmarkDeadlockRecordCost measures what recording waits costs Redis:
+// the commands a contended nested wait (an owner holding one lock waits
+// for another, which its holder then releases) makes the server process,
+// with WithDeadlockDetection (record only, and checking every 10ms) and
+// without it. Reported as cmds/wait, from INFO's
+// total_commands_processed on a server of its own.
+func BenchmarkDeadlockRecordCost(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"off", nil}, {"record", []Option{WithDeadlockDetection(0)}}, {"check-10ms", []Option{WithDeadlockDetection(10 * time.Millisecond)}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			srv := redistest.NewServer(b)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			ctx := context.Background()
+			ca, cb := newClient(b, rdb, mode.opts...), newClient(b, rdb, mode.opts...)
+			l1, l2a, l2b := mustMutex(b, ca, "cost:1"), mustMutex(b, ca, "cost:2"), mustMutex(b, cb, "cost:2")
+			processed := func() int64 {
+				info, err := rdb.Info(ctx, "stats").Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, line := range strings.Split(info, "\r\n") {
+					if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+						n, _ := strconv.ParseInt(v, 10, 64)
+						return n
+					}
+				}
+				b.Fatal("no total_commands_processed in INFO")
+				return 0
+			}
+			before := processed()
+			for range b.N {
+				held := mustLock(b, ctx, l1)
+				other := mustLock(b, ctx, l2b)
+				done := make(chan error, 1)
+				go func() {
+					lctx, err := l2a.Lock(held) // waits: l2 is held
+					if err == nil {
+						err = l2a.Unlock(lctx)
+					}
+					done <- err
+				}()
+				eventually(b, 10*time.Second, func() error { // a sleeps in its wait
+					if ok, _ := rdb.PubSubNumSub(ctx, layout.Prefixed(layout.LockChannelPrefix, "cost:2")).Result(); ok[layout.Prefixed(layout.LockChannelPrefix, "cost:2")] == 0 {
+						return fmt.Errorf("not waiting yet")
+					}
+					return nil
+				})
+				time.Sleep(30 * time.Millisecond) // a few checks while it waits
+				_ = l2b.Unlock(other)
+				if err := recv(b, done, 10*time.Second, "the wait"); err != nil {
+					b.Fatal(err)
+				}
+				_ = l1.Unlock(held)
+			}
+			b.ReportMetric(float64(processed()-before)/float64(b.N), "cmds/wait")
+		})
+	}
+}
+
+// TestDeadlockCluster: on a Redis Cluster the wait records of every
+// master are read, and the cycle is broken.
+func TestDeadlockCluster(t *testing.T) {
+	cl := sharedCluster(t)
+	const every = 100 * time.Millisecond
+	ca := newClient(t, newClusterRedis(t, cl, time.Second), WithDeadlockDetection(every))
+	cb := newClient(t, newClusterRedis(t, cl, time.Second), WithDeadlockDetection(every))
+	x := startCrossWait(t, ca, cb)
+	if err := recv(t, x.bDone, 10*time.Second, "b failing in the deadlock"); !errors.Is(err, ErrDeadlock) {
+		t.Fatalf("b's Lock: %v, want ErrDeadlock", err)
+	}
+	if err := x.l2b.Unlock(x.b); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, x.aDone, 10*time.Second, "a's wait once b let go"); err != nil {
+		t.Errorf("a's Lock: %v", err)
+	}
+	if err := x.l1a.Unlock(x.a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCyclesOf: every simple cycle of a wait-for graph once, whatever
+// node it is entered from; paths without a cycle and self-loops are none.
+func TestCyclesOf(t *testing.T) {
+	graph := map[string][]string{
+		"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, // a→b→c→a
+		"d": {"b"},      // b→d→b
+		"e": {"a", "e"}, // waits into a cycle; a self-loop is no cycle
+	}
+	got := cyclesOf([]string{"a", "b", "c", "d", "e"}, func(n string) []string {
+		return slices.DeleteFunc(slices.Clone(graph[n]), func(m string) bool { return m == n })
+	})
+	want := [][]string{{"a", "b", "c"}, {"b", "d"}}
+	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
+		t.Errorf("cycles %v, want %v", got, want)
+	}
+}
