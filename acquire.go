@@ -212,7 +212,7 @@ func (h *handle) settle(ctx context.Context, req request, hd *hold, start time.T
 		// lost, whether or not another owner came in between.
 		hd.lose(fmt.Errorf("%w: %q: gone when re-entered", ErrLockLost, h.name))
 		return nil, res, fmt.Errorf("%w: %q: %w: the hold it re-enters is gone", ErrNotObtained, h.name, ErrLockLost)
-	case res.acquired && time.Since(start) >= validity(h.kind, req.lease):
+	case res.acquired && time.Since(start) >= validity(req.lease):
 		// The answer came after the lease it set had run out on our
 		// clock (a long outage, a command re-sent after a restart): the
 		// lock may be someone else's by now. Give it back and try again.

@@ -132,7 +132,7 @@ func (h *handle) giveBack(req request) <-chan struct{} {
 	// connection (a Redis restart): a give-back that fails for a reason
 	// that may pass is sent again, as a release is (retryRelease), until
 	// that lease has run out, or the lock would stay taken for a lease.
-	until := time.Now().Add(validity(h.kind, req.lease))
+	until := time.Now().Add(validity(req.lease))
 	return h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
 		send := func(ctx context.Context) error {
 			_, err := h.kind.release(ctx, req)

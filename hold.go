@@ -34,7 +34,7 @@ type hold struct {
 	kind     kind
 	owner    string
 	lease    time.Duration
-	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(kind, lease)
+	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(lease)
 	watchdog bool          // renewed by the watchdog, rather than a fixed lease (which it checks)
 	acqs     []*acquisition
 	token    int64       // the latest fencing token, 0 if none
@@ -195,7 +195,7 @@ func (r *registry) add(h *handle, req request, token int64, start time.Time, can
 // newHold returns req.owner's hold on h's lock, taken by a request sent at
 // start, with its local deadline and the timer that loses it then.
 func newHold(h *handle, req request, start time.Time) *hold {
-	hd := &hold{c: h.c, kind: h.kind, owner: req.owner, lease: req.lease, valid: validity(h.kind, req.lease),
+	hd := &hold{c: h.c, kind: h.kind, owner: req.owner, lease: req.lease, valid: validity(req.lease),
 		watchdog: !h.cfg.hasLease, op: make(chan struct{}, 1)}
 	hd.until = start.Add(hd.valid)
 	hd.expiry = time.AfterFunc(time.Until(hd.until), func() {

@@ -120,21 +120,22 @@ const (
 	notHeld                           // the owner did not hold the lock
 )
 
-// drifter is implemented by kinds whose lease runs on clocks other than the
-// local one in a way the engine must allow for (RedLock: several servers'
-// clocks). The engine counts a hold as valid for lease - drift(lease) after
-// the request that set the lease was sent.
-type drifter interface {
-	drift(lease time.Duration) time.Duration
+// drift is the allowance taken off every lease on the local clock: a
+// hold counts as valid for lease - drift(lease) after the request that set
+// the lease was sent. The lease runs on the Redis server's clock (on
+// several servers' for a RedLock), and the lock context's cancellation is
+// a timer that fires late under load; without the allowance the next
+// owner could be granted the lock in Redis while this one's context still
+// stands. lease/100 + 2ms is Redlock's allowance for clock rates and timer
+// precision (antirez/redlock-rb), used for every kind.
+func drift(lease time.Duration) time.Duration {
+	return lease/100 + 2*time.Millisecond
 }
 
 // validity is how long after it was sent a request that set lease keeps
 // the lock, on the local clock.
-func validity(k kind, lease time.Duration) time.Duration {
-	if d, ok := k.(drifter); ok {
-		return lease - d.drift(lease)
-	}
-	return lease
+func validity(lease time.Duration) time.Duration {
+	return lease - drift(lease)
 }
 
 // Messages on a lock's channel, as in Redisson.

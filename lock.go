@@ -209,6 +209,6 @@ func (h *handle) Extend(ctx context.Context, lease time.Duration) error {
 		hd.lose(fmt.Errorf("%w: %q: gone when extended", ErrLockLost, h.name))
 		return fmt.Errorf("%w: %q: Redis no longer had it", ErrNotHeld, h.name)
 	}
-	h.c.holds.extended(hd, start, validity(hd.kind, lease))
+	h.c.holds.extended(hd, start, validity(lease))
 	return nil
 }

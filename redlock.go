@@ -136,13 +136,6 @@ func (k *redKind) label() string             { return KindRedLock }
 // requests (kind.go); each node is a Client with a gate of its own.
 func (k *redKind) selfGated() {}
 
-// drift is the Redlock allowance for the nodes' clocks running at other
-// rates than ours: 1% of the lease, plus 2 ms for Redis's 1 ms expiry
-// precision and a minimal drift (antirez/redlock-rb).
-func (k *redKind) drift(lease time.Duration) time.Duration {
-	return lease/100 + 2*time.Millisecond
-}
-
 // attempt is one Redlock round: the acquire script on every node at once,
 // the fencing round if asked, and the validity check. A failed round is
 // undone before attempt returns, and its reason names the nodes.
@@ -200,7 +193,7 @@ func (k *redKind) attempt(ctx context.Context, r request) (attemptResult, error)
 	}
 	if reason == nil {
 		elapsed := time.Since(start)
-		valid := validity(k, r.lease)
+		valid := validity(r.lease)
 		if elapsed < valid {
 			return attemptResult{acquired: true, token: token}, nil
 		}

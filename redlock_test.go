@@ -272,7 +272,7 @@ func TestRedLockFixedLeaseEndsAtValidity(t *testing.T) {
 		t.Fatal("the lock context outlived its lease")
 	}
 	elapsed := time.Since(start)
-	if valid := lease - l.k.drift(lease); elapsed < valid {
+	if valid := lease - drift(lease); elapsed < valid {
 		t.Fatalf("lock context ended after %v, before the validity %v", elapsed, valid)
 	}
 	if cause := context.Cause(lockCtx); !errors.Is(cause, ErrLockLost) {

@@ -102,7 +102,7 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
 	switch {
 	case err != nil || !g.ok:
 		return false, err
-	case time.Since(g.start) >= validity(h.kind, req.lease):
+	case time.Since(g.start) >= validity(req.lease):
 		grace(h.giveBack(req)) // handed over too late: try again
 		return false, nil
 	}
