@@ -49,7 +49,14 @@ func FenceKey(key string) string { return layout.Suffixed(key, fenceSuffix) }
 //
 // Pass the token of the lock context (Token) that protects key; use the
 // fenced writes for every write to key, or an unfenced one can overwrite
-// a fenced one.
+// a fenced one. A token must be positive and at most 2^53 (the check
+// runs in Lua, whose numbers are doubles); others are refused with
+// ErrInvalidOption.
+//
+// The fence key is never evicted by dlock, but Redis evicts keys without
+// a lifetime under the allkeys-* maxmemory policies, and an evicted fence
+// key lets a stale writer back in: on the Redis that keeps the data use
+// maxmemory-policy noeviction (the default) or a volatile-* policy.
 func FencedSet(ctx context.Context, rdb redis.Scripter, token int64, key string, value any, ttl time.Duration) error {
 	if ttl < 0 {
 		return fmt.Errorf("%w: FencedSet %q: negative ttl %v", ErrInvalidOption, key, ttl)
@@ -64,7 +71,8 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, token int64, key string,
 // FencedHSet sets the fields of the hash key (HSET; values are field,
 // value, field, value...) only if token is not below the highest token a
 // fenced write to key has carried, as FencedSet does; it returns an
-// error wrapping ErrStaleToken otherwise, and writes nothing.
+// error wrapping ErrStaleToken otherwise, and writes nothing. When the
+// HSET fails (key holds another type), the fence key is left as it was.
 func FencedHSet(ctx context.Context, rdb redis.Scripter, token int64, key string, values ...any) error {
 	if len(values) == 0 || len(values)%2 != 0 {
 		return fmt.Errorf("%w: FencedHSet %q: want field, value pairs, got %d values", ErrInvalidOption, key, len(values))
@@ -95,10 +103,22 @@ func fencedWrite(ctx context.Context, rdb redis.Scripter, token int64, key, op s
 	return nil
 }
 
-// checkToken refuses a token that no fenced lock hands out.
+// maxFenceToken is the highest token the fenced writes (FencedSet,
+// FencedHSet, CheckToken) accept: 2^53. The Redis check runs in Lua,
+// whose numbers are doubles, exact only up to 2^53; above it two
+// different tokens could compare equal and both be let through. The
+// tokens dlock hands out (microseconds since the epoch, about 2^50.6 in
+// 2025) stay below it until the year 2255.
+const maxFenceToken = 1 << 53
+
+// checkToken refuses a token that no fenced lock hands out, and one that
+// the Redis check could not compare exactly.
 func checkToken(token int64) error {
 	if token <= 0 {
 		return fmt.Errorf("%w: fencing token %d is not positive (was the lock taken WithFencing?)", ErrInvalidOption, token)
+	}
+	if token > maxFenceToken {
+		return fmt.Errorf("%w: fencing token %d is above 2^53, which the fence check cannot compare exactly", ErrInvalidOption, token)
 	}
 	return nil
 }
@@ -122,7 +142,9 @@ const DefaultFenceTable = "dlock_fence"
 // (Create makes it).
 type SQLFence struct {
 	// Table is the fence table's name, optionally schema-qualified
-	// (letters, digits and underscores); "" is DefaultFenceTable.
+	// (letters, digits and underscores); "" is DefaultFenceTable. It goes
+	// into the SQL unquoted, so PostgreSQL folds it to lower case, and a
+	// reserved word (user, order...) is a syntax error.
 	Table string
 }
 
@@ -166,6 +188,12 @@ func (f SQLFence) Create(ctx context.Context, db SQLExecer) error {
 // roll back when it fails: its row stays locked until tx ends, so a
 // newer holder's Check waits for tx, and once tx has committed an older
 // holder's Check fails.
+//
+// That wait has no end of its own: an older holder that stalls inside its
+// transaction blocks the newer holder's Check for as long. Bound it on
+// the session or transaction: SET lock_timeout (the waiting Check fails)
+// and idle_in_transaction_session_timeout (the server ends the stalled
+// transaction, which rolls back its writes).
 //
 // Isolation: READ COMMITTED (PostgreSQL's default) is enough, because
 // the upsert reads the latest committed row and locks it. Under

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,6 +74,51 @@ func TestFencedHSet(t *testing.T) {
 	}
 }
 
+// TestFencedHSetFails: an HSET that fails (the key holds a string) leaves
+// the fence key as it was, so that the holders of the tokens between the
+// old and the refused one can still write.
+func TestFencedHSetFails(t *testing.T) {
+	ctx := boundedCtx(t, 10*time.Second)
+	rdb := newRedis(t)
+	key := lockName(t) + ":string"
+	t.Cleanup(func() { rdb.Del(context.Background(), key, FenceKey(key)) })
+	if err := FencedSet(ctx, rdb, 5, key, "a string", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := FencedHSet(ctx, rdb, 9, key, "f", "v"); err == nil || errors.Is(err, ErrStaleToken) {
+		t.Errorf("HSET on a string: %v, want the WRONGTYPE error", err)
+	}
+	if v, err := rdb.Get(ctx, FenceKey(key)).Int64(); v != 5 || err != nil {
+		t.Errorf("fence key %d, %v after a failed write; want 5", v, err)
+	}
+	if err := FencedSet(ctx, rdb, 7, key, "b", 0); err != nil {
+		t.Errorf("token 7 after the failed write of 9: %v", err)
+	}
+}
+
+// TestFencedHSetManyFields: more field-value pairs than Lua's unpack
+// takes at once are all written.
+func TestFencedHSetManyFields(t *testing.T) {
+	ctx := boundedCtx(t, 20*time.Second)
+	rdb := newRedis(t)
+	key := lockName(t) + ":hash"
+	t.Cleanup(func() { rdb.Del(context.Background(), key, FenceKey(key)) })
+	const n = 10001
+	values := make([]any, 0, 2*n)
+	for i := range n {
+		values = append(values, fmt.Sprint("f", i), i)
+	}
+	if err := FencedHSet(ctx, rdb, 3, key, values...); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rdb.HLen(ctx, key).Result(); got != n || err != nil {
+		t.Errorf("%d fields, %v; want %d", got, err, n)
+	}
+	if v, err := rdb.HGet(ctx, key, fmt.Sprint("f", n-1)).Int(); v != n-1 || err != nil {
+		t.Errorf("last field %d, %v; want %d", v, err, n-1)
+	}
+}
+
 // TestFencedWriteInput: bad input is refused before Redis is asked.
 func TestFencedWriteInput(t *testing.T) {
 	ctx := boundedCtx(t, 10*time.Second)
@@ -83,8 +130,11 @@ func TestFencedWriteInput(t *testing.T) {
 		"empty key":      FencedSet(ctx, rdb, 1, "", "v", 0),
 		"odd values":     FencedHSet(ctx, rdb, 1, "k", "f"),
 		"no values":      FencedHSet(ctx, rdb, 1, "k"),
+		"token > 2^53":   FencedSet(ctx, rdb, 1<<53+1, "k", "v", 0),
+		"hset > 2^53":    FencedHSet(ctx, rdb, 1<<53+1, "k", "f", "v"),
+		"check > 2^53":   CheckToken(ctx, nil, "r", 1<<53+1),
 	} {
-		if !errors.Is(err, ErrInvalidOption) {
+		if !errors.Is(err, ErrInvalidOption) || (strings.Contains(name, "2^53") && !strings.Contains(err.Error(), "2^53")) {
 			t.Errorf("%s: %v, want ErrInvalidOption", name, err)
 		}
 	}

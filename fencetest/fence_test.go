@@ -19,7 +19,12 @@ var (
 	redisAddr string
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(orphanEnv) != "" {
+		os.Exit(startAndHang())
+	}
+	os.Exit(run(m))
+}
 
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

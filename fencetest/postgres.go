@@ -6,6 +6,11 @@ package fencetest
 // dir, the server listening only on a Unix socket in that dir, stopped
 // and removed by Close. PostgreSQL refuses to run as root, which CI is:
 // then both run as the package's postgres user.
+//
+// A test or demo killed before Close (go test -timeout, SIGKILL) must not
+// leave a server running: the server gets SIGQUIT (PostgreSQL's immediate
+// shutdown) when the process that started it dies. Its dir, which nobody
+// is left to remove, is removed by the next StartPostgres (sweep).
 
 import (
 	"context"
@@ -19,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,7 +37,14 @@ type Postgres struct {
 	cmd  *exec.Cmd
 	done chan error // the server process's exit
 	log  string
+
+	closeOnce sync.Once
+	closeErr  error
 }
+
+// ownerFile, in a server's dir, holds the pid of the process that
+// started it; sweep removes the dirs whose owner is gone.
+const ownerFile = "owner.pid"
 
 // BinDir returns the newest /usr/lib/postgresql/<version>/bin that has
 // initdb, or an error saying how to install it.
@@ -59,8 +72,13 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
+	sweep()
 	dir, err := os.MkdirTemp("", "fencetest-pg-")
 	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	p := &Postgres{dir: dir, log: filepath.Join(dir, "postgres.log"), done: make(chan error, 1)}
@@ -70,8 +88,9 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync",
+		"-E", "UTF8", "--locale=C") // not the caller's LANG/LC_*, which may name a locale not installed
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("fencetest: initdb: %w\n%s", err, out)
@@ -85,7 +104,9 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 	p.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", dir, "-p", "5432",
 		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
+	// Pdeathsig is set after the credential change, so it holds for the
+	// server running as postgres too.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
 	if cred != nil {
 		_ = os.Chown(p.log, int(cred.Uid), int(cred.Gid))
 	}
@@ -158,16 +179,61 @@ func (p *Postgres) logTail() string {
 }
 
 // Close stops the server (a fast shutdown, then SIGKILL after 10 s) and
-// removes its dir.
+// removes its dir. Calls after the first return its result.
 func (p *Postgres) Close() error {
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
+	p.closeOnce.Do(func() {
+		if p.cmd != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGINT)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+				<-p.done
+			}
 		}
+		p.closeErr = os.RemoveAll(p.dir)
+	})
+	return p.closeErr
+}
+
+// sweep removes the dirs of servers whose starting process died before
+// Close: those whose owner pid is gone and whose server (postmaster.pid)
+// is gone too. A dir without an owner file is left alone: it may be one
+// being created.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "fencetest-pg-*"))
+	for _, dir := range dirs {
+		if owner := pidIn(filepath.Join(dir, ownerFile)); owner == 0 || alive(owner) {
+			continue
+		}
+		if alive(pidIn(filepath.Join(dir, "data", "postmaster.pid"))) {
+			continue // still shutting down; the next sweep takes it
+		}
+		_ = os.RemoveAll(dir)
 	}
-	return os.RemoveAll(p.dir)
+}
+
+// pidIn returns the pid on the first line of file, 0 when there is none.
+func pidIn(file string) int {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(first))
+	return pid
+}
+
+// alive reports whether process pid exists and is not a zombie (a
+// container's init may not reap the orphaned server).
+func alive(pid int) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }

@@ -117,6 +117,21 @@ m "fenced write refuses an equal token" internal/scripts/fenced_write.lua \
   "if tonumber(ARGV[1]) < last then" \
   "if tonumber(ARGV[1]) <= last then" \
   . '^(TestFencedSet)$'
+m "fenced write raises the fence before the data" internal/scripts/fenced_write.lua \
+  "end
+if ARGV[2] == 'set' then" \
+  "end
+redis.call('set', KEYS[2], ARGV[1])
+if ARGV[2] == 'set' then" \
+  . '^(TestFencedHSetFails)$'
+m "fenced write unpacks every field at once" internal/scripts/fenced_write.lua \
+  "unpack(ARGV, i, math.min(i + 999, #ARGV))" \
+  "unpack(ARGV, i)" \
+  . '^(TestFencedHSetManyFields)$'
+m "fenced write takes tokens above 2^53" fence.go \
+  'if token > maxFenceToken {' \
+  'if false {' \
+  . '^(TestFencedWriteInput)$'
 m "SQL fence check always updates" fence.go \
   'DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token"' \
   'DO UPDATE SET token = EXCLUDED.token"' \

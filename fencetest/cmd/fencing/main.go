@@ -15,6 +15,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock/fencetest"
@@ -32,7 +34,11 @@ func main() {
 }
 
 func run(redisOnly bool, watchdog time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Ctrl-C or SIGTERM cancels the demo, and the deferred Closes remove
+	// the servers (a SIGKILL leaves that to fencetest's parent-death signal).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	srv, err := redistest.StartServer()
 	if err != nil {
