@@ -227,28 +227,39 @@ func Linearizable(model porcupine.Model, ops []porcupine.Operation, timeout time
 // belief intervals overlap and that the workload forbids together: any
 // two for a mutex, a writer with anyone for a read-write lock, and for a
 // semaphore of n permits, each hold that begins while n others are open.
-func DoubleGrants(workload string, holds []Hold) int {
+// longest is the longest stretch of time in which one hold had company it
+// must not have: a few microseconds of timer latency and seconds of split
+// brain are both double grants, and not the same finding.
+func DoubleGrants(workload string, holds []Hold) (count int, longest time.Duration) {
 	hs := slices.Clone(holds)
 	slices.SortFunc(hs, func(a, b Hold) int { return cmpInt64(a.Acquired, b.Acquired) })
-	count := 0
-	var open []Hold
-	for _, h := range hs {
-		open = slices.DeleteFunc(open, func(o Hold) bool { return o.Stop <= h.Acquired })
+	first := map[int]int64{} // index of a hold -> when its first conflict began
+	var open []int
+	found := func(o, h int) {
+		count++
+		if _, ok := first[o]; !ok {
+			first[o] = hs[h].Acquired
+		}
+		end := min(hs[o].Stop, hs[h].Stop)
+		longest = max(longest, time.Duration(end-first[o]))
+	}
+	for i, h := range hs {
+		open = slices.DeleteFunc(open, func(o int) bool { return hs[o].Stop <= h.Acquired })
 		switch workload {
 		case WorkSem:
 			if len(open) >= SemPermits {
-				count++
+				found(open[len(open)-1], i)
 			}
 		default:
 			for _, o := range open {
-				if o.Client != h.Client && (o.Mode != "read" || h.Mode != "read") {
-					count++
+				if hs[o].Client != h.Client && (hs[o].Mode != "read" || h.Mode != "read") {
+					found(o, i)
 				}
 			}
 		}
-		open = append(open, h)
+		open = append(open, i)
 	}
-	return count
+	return count, longest
 }
 
 // MaxUnavailable is the longest time in the history during which some

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -32,10 +33,12 @@ const (
 // Proc is one process in a node's namespace, restartable with the same
 // command line.
 type Proc struct {
-	Node *Node
-	bin  string
-	args []string
-	log  string
+	Node   *Node
+	bin    string
+	args   []string
+	log    string
+	env    []string  // nil: the harness's environment
+	stdout io.Writer // nil: the log
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -52,7 +55,10 @@ func (p *Proc) Start() error {
 		return err
 	}
 	cmd := p.Node.Command(p.bin, p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env, cmd.Stdout, cmd.Stderr = p.env, f, f
+	if p.stdout != nil {
+		cmd.Stdout = p.stdout
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("dlock/verify: start %s in %s: %w", p.bin, p.Node.Name, err)
@@ -74,6 +80,13 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 		return errors.New("dlock/verify: not started")
 	}
 	return syscall.Kill(cmd.Process.Pid, sig)
+}
+
+// exited is closed when the process has exited.
+func (p *Proc) exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
 }
 
 // Kill sends SIGKILL (resuming a stopped process is not needed for that)

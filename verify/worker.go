@@ -283,23 +283,19 @@ func (s *workerState) critical(hctx context.Context, mode string, tok int64) {
 	if s.cfg.OverrunOdds > 0 && rand.IntN(s.cfg.OverrunOdds) == 0 {
 		d = s.cfg.Overrun
 	}
-	if mode == "read" || mode == "permit" {
-		sleepCtx(hctx, d)
-		return
-	}
 	ctx := hctx
 	if s.cfg.Broken == BrokenIgnoreLost {
 		ctx = context.WithoutCancel(hctx)
+	}
+	if mode == "read" || mode == "permit" {
+		sleepCtx(ctx, d)
+		return
 	}
 	n, err := s.res.Get(ctx, counterKey).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return
 	}
-	if s.cfg.Broken == BrokenIgnoreLost {
-		time.Sleep(d)
-	} else {
-		sleepCtx(hctx, d)
-	}
+	sleepCtx(ctx, d)
 	if tok > 0 {
 		check := "1"
 		if s.cfg.Broken == BrokenUnfenced {
