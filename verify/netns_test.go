@@ -121,10 +121,10 @@ func TestPartitionStopsTraffic(t *testing.T) {
 	}
 	defer n.Close()
 	topo, err := StartTopology(ctx, n, t.TempDir(), 0, false)
-	defer topo.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer topo.Close()
 	client, err := n.AddNode(ctx, "c1")
 	if err != nil {
 		t.Fatal(err)

@@ -19,10 +19,10 @@ func TestFencedRegister(t *testing.T) {
 	}
 	defer n.Close()
 	topo, err := StartTopology(ctx, n, t.TempDir(), 0, false)
-	defer topo.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer topo.Close()
 	rdb := topo.Client(topo.Resource.Addr(redisPort))
 	defer rdb.Close()
 	for _, c := range []struct {

@@ -126,10 +126,10 @@ func Run(ctx context.Context, sc Scenario, dir string) (res Result, err error) {
 		replicas = 2
 	}
 	topo, err := StartTopology(ctx, n, dir, replicas, sc.Topo == TopoSentinel)
-	defer topo.Close()
 	if err != nil {
 		return res, err
 	}
+	defer topo.Close()
 	clients, err := startWorkers(ctx, sc, topo, dir)
 	defer func() {
 		for _, c := range clients {

@@ -114,25 +114,34 @@ type Topology struct {
 
 // StartTopology starts, in namespaces of n, a master with replicas
 // replicas, three sentinels when sentinel is set, and the resource
-// server, and waits until they answer (and the replicas are in sync).
+// server, and waits until they answer (and the replicas are in sync). On
+// error it kills what it started; Close kills the rest.
 func StartTopology(ctx context.Context, n *Net, dir string, replicas int, sentinel bool) (*Topology, error) {
 	t := &Topology{Net: n, dir: dir}
-	var err error
-	if t.Ctl, err = n.AddNode(ctx, "ctl"); err != nil {
+	if err := t.start(ctx, replicas, sentinel); err != nil {
+		t.Close()
 		return nil, err
 	}
+	return t, nil
+}
+
+func (t *Topology) start(ctx context.Context, replicas int, sentinel bool) error {
+	var err error
+	if t.Ctl, err = t.Net.AddNode(ctx, "ctl"); err != nil {
+		return err
+	}
 	if t.Resource, err = t.startRedis(ctx, "res", ""); err != nil {
-		return t, err
+		return err
 	}
 	master, err := t.startRedis(ctx, "r0", "")
 	if err != nil {
-		return t, err
+		return err
 	}
 	t.Servers = append(t.Servers, master)
 	for i := 1; i <= replicas; i++ {
 		r, err := t.startRedis(ctx, fmt.Sprintf("r%d", i), master.Node.Addr)
 		if err != nil {
-			return t, err
+			return err
 		}
 		t.Servers = append(t.Servers, r)
 	}
@@ -140,12 +149,12 @@ func StartTopology(ctx context.Context, n *Net, dir string, replicas int, sentin
 		for i := 1; i <= 3; i++ {
 			s, err := t.startSentinel(ctx, fmt.Sprintf("s%d", i), master.Node.Addr)
 			if err != nil {
-				return t, err
+				return err
 			}
 			t.Sentinels = append(t.Sentinels, s)
 		}
 	}
-	return t, t.WaitHealthy(ctx, 60*time.Second)
+	return t.WaitHealthy(ctx, 60*time.Second)
 }
 
 // startRedis starts a redis-server without persistence on node name, a
@@ -168,7 +177,11 @@ func (t *Topology) startRedis(ctx context.Context, name, master string) (*Proc, 
 	if err := p.Start(); err != nil {
 		return nil, err
 	}
-	return p, t.awaitPing(ctx, p.Addr(redisPort))
+	if err := t.awaitPing(ctx, p.Addr(redisPort)); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
 }
 
 // startSentinel starts a sentinel watching master: quorum 2 of 3, a master
@@ -200,7 +213,11 @@ func (t *Topology) startSentinel(ctx context.Context, name, master string) (*Pro
 	if err := p.Start(); err != nil {
 		return nil, err
 	}
-	return p, t.awaitPing(ctx, p.Addr(sentinelPort))
+	if err := t.awaitPing(ctx, p.Addr(sentinelPort)); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
 }
 
 // Client returns a go-redis client that reaches addr from the control
