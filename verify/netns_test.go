@@ -3,6 +3,8 @@ package verify
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -39,9 +41,11 @@ func hostLinks(t *testing.T) []string {
 	return names
 }
 
+// ourNamespaces lists this process's namespaces: other harnesses (make
+// verify) may be making and removing theirs meanwhile.
 func ourNamespaces(t *testing.T) []string {
 	t.Helper()
-	names, err := Namespaces(context.Background(), Prefix)
+	names, err := Namespaces(context.Background(), fmt.Sprintf("%s%d-", Prefix, os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +95,7 @@ func TestNetLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(ourNamespaces(t), stale) {
+	if all, err := Namespaces(ctx, Prefix); err != nil || slices.Contains(all, stale) {
 		t.Errorf("NewNet did not sweep %s", stale)
 	}
 	if _, err := n.AddNode(ctx, "b"); err != nil {
@@ -173,4 +177,43 @@ func TestPartitionStopsTraffic(t *testing.T) {
 	if err := ping(nil); err != nil {
 		t.Errorf("PING after healing: %v", err)
 	}
+}
+
+// TestFailedRunLeavesNothing: a whole run that fails (its workers reject
+// an unknown workload) returns its error and leaves no namespace, host
+// link or process behind.
+func TestFailedRunLeavesNothing(t *testing.T) {
+	needRoot(t)
+	beforeNS, beforeLinks := ourNamespaces(t), hostLinks(t)
+	dir := t.TempDir()
+	sc := Scenario{Topo: TopoSentinel, Fault: FaultNone, Workload: "no-such-workload", Duration: time.Second}
+	if _, err := Run(context.Background(), sc, dir); err == nil {
+		t.Fatal("a run with an unknown workload succeeded")
+	}
+	if got := ourNamespaces(t); !slices.Equal(got, beforeNS) {
+		t.Errorf("namespaces after a failed run: %v, before: %v", got, beforeNS)
+	}
+	if got := hostLinks(t); !slices.Equal(got, beforeLinks) {
+		t.Errorf("host links after: %v, before: %v", got, beforeLinks)
+	}
+	if left := processesMentioning(t, dir); len(left) > 0 {
+		t.Errorf("processes left running: %v", left)
+	}
+}
+
+// processesMentioning lists the processes whose command line contains s.
+func processesMentioning(t *testing.T, s string) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, d := range dirs {
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), s) {
+			out = append(out, d.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
 }
