@@ -223,43 +223,86 @@ func Linearizable(model porcupine.Model, ops []porcupine.Operation, timeout time
 	return porcupine.CheckOperationsTimeout(model, ops, timeout)
 }
 
-// DoubleGrants counts the pairs of holds by different clients whose
-// belief intervals overlap and that the workload forbids together: any
-// two for a mutex, a writer with anyone for a read-write lock, and for a
-// semaphore of n permits, each hold that begins while n others are open.
-// longest is the longest stretch of time in which one hold had company it
-// must not have: a few microseconds of timer latency and seconds of split
-// brain are both double grants, and not the same finding.
+// DoubleGrants counts the holds granted while holds they must not meet
+// were open (by other clients): any for a mutex, a writer for a reader and
+// anyone for a writer in a read-write lock, and for a semaphore of n
+// permits, n others. longest is the longest stretch of time in which such
+// holds were open together: a few microseconds of timer latency and
+// seconds of split brain are both double grants, and not the same finding.
 func DoubleGrants(workload string, holds []Hold) (count int, longest time.Duration) {
 	hs := slices.Clone(holds)
 	slices.SortFunc(hs, func(a, b Hold) int { return cmpInt64(a.Acquired, b.Acquired) })
-	first := map[int]int64{} // index of a hold -> when its first conflict began
-	var open []int
-	found := func(o, h int) {
-		count++
-		if _, ok := first[o]; !ok {
-			first[o] = hs[h].Acquired
+	var open []Hold
+	for _, h := range hs {
+		open = slices.DeleteFunc(open, func(o Hold) bool { return o.Stop <= h.Acquired })
+		if conflict(workload, append(open, h)) {
+			count++
 		}
-		end := min(hs[o].Stop, hs[h].Stop)
-		longest = max(longest, time.Duration(end-first[o]))
+		open = append(open, h)
 	}
+	return count, longestConflict(workload, hs)
+}
+
+// conflict says whether the holds may not be open together.
+func conflict(workload string, open []Hold) bool {
+	if workload == WorkSem {
+		return len(open) > SemPermits
+	}
+	writers := 0
+	for _, o := range open {
+		if o.Mode != "read" {
+			writers++
+		}
+	}
+	return writers > 0 && len(open) > 1
+}
+
+// longestConflict sweeps the holds' starts and stops in time order and
+// returns the longest stretch in which the open holds conflict.
+func longestConflict(workload string, hs []Hold) time.Duration {
+	type edge struct {
+		at    int64
+		start bool
+		i     int
+	}
+	var edges []edge
 	for i, h := range hs {
-		open = slices.DeleteFunc(open, func(o int) bool { return hs[o].Stop <= h.Acquired })
-		switch workload {
-		case WorkSem:
-			if len(open) >= SemPermits {
-				found(open[len(open)-1], i)
-			}
-		default:
-			for _, o := range open {
-				if hs[o].Client != h.Client && (hs[o].Mode != "read" || h.Mode != "read") {
-					found(o, i)
-				}
-			}
-		}
-		open = append(open, i)
+		edges = append(edges, edge{h.Acquired, true, i}, edge{h.Stop, false, i})
 	}
-	return count, longest
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := cmpInt64(a.at, b.at); c != 0 {
+			return c
+		}
+		if a.start == b.start {
+			return 0
+		}
+		if !a.start { // a stop at the same moment as a start comes first
+			return -1
+		}
+		return 1
+	})
+	open := map[int]bool{}
+	var longest time.Duration
+	var since int64 = -1
+	for _, e := range edges {
+		if e.start {
+			open[e.i] = true
+		} else {
+			delete(open, e.i)
+		}
+		var now []Hold
+		for i := range open {
+			now = append(now, hs[i])
+		}
+		switch c := conflict(workload, now); {
+		case c && since < 0:
+			since = e.at
+		case !c && since >= 0:
+			longest = max(longest, time.Duration(e.at-since))
+			since = -1
+		}
+	}
+	return longest
 }
 
 // MaxUnavailable is the longest time in the history during which some

@@ -149,3 +149,27 @@ func TestPorcupineAgainstIntervals(t *testing.T) {
 		}
 	}
 }
+
+// TestLongestConflict: the longest stretch counts only the time in which
+// conflicting holds were open together.
+func TestLongestConflict(t *testing.T) {
+	var mutex, sem []Event
+	mutex = hold(mutex, 1, "", 0, 10, 20, 22)
+	mutex = hold(mutex, 2, "", 5, 15, 30, 31) // 5 with client 1
+	mutex = hold(mutex, 3, "", 5, 40, 60, 61)
+	mutex = hold(mutex, 1, "", 50, 52, 59, 60) // 7 with client 3
+	sem = hold(sem, 1, "permit", 0, 10, 600, 601)
+	sem = hold(sem, 2, "permit", 0, 20, 100, 101)
+	sem = hold(sem, 3, "permit", 0, 90, 95, 96) // a third for 5
+	for _, c := range []struct {
+		workload string
+		evs      []Event
+		count    int
+		longest  time.Duration
+	}{{WorkMutex, mutex, 2, 7}, {WorkSem, sem, 1, 5}} {
+		_, holds := Operations(c.evs)
+		if n, l := DoubleGrants(c.workload, holds); n != c.count || l != c.longest {
+			t.Errorf("%s: %d double grants, longest %d; want %d, %d", c.workload, n, l, c.count, c.longest)
+		}
+	}
+}
