@@ -4,6 +4,7 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,6 +62,9 @@ func RunAll(ctx context.Context, scenarios []Scenario, dir string, done func(Res
 		res, err := Run(ctx, sc, mkdir(d))
 		if err != nil {
 			res.Err = err.Error()
+		}
+		if b, err := json.MarshalIndent(res, "", "  "); err == nil {
+			os.WriteFile(filepath.Join(d, "result.json"), b, 0o644)
 		}
 		done(res)
 		out = append(out, res)
