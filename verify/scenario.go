@@ -140,9 +140,7 @@ func Run(ctx context.Context, sc Scenario, dir string) (res Result, err error) {
 		return res, err
 	}
 	until := time.Now().Add(sc.Duration)
-	faults := make(chan faultOutcome, 1)
-	go func() { faults <- inject(ctx, sc, topo, clients, until) }()
-	f := <-faults
+	f := inject(ctx, sc, topo, clients, until)
 	res.Faults, res.Notes = f.count, f.notes
 	if f.err != nil {
 		return res, fmt.Errorf("dlock/verify: fault %d: %w", f.count+1, f.err)
