@@ -612,6 +612,11 @@ m "verify: Close leaves the nodes' namespaces" verify/netns.go \
   'errs = append(errs, delNS(ctx, nd.NS))' \
   '_ = nd' \
   ./verify '^(TestNetLeavesNothing)$'
+# verify/: a run that fails still kills every process it started.
+m "verify: a run leaves its servers running" verify/scenario.go \
+  '	defer topo.Close()' \
+  '	_ = topo.Close' \
+  ./verify '^(TestFailedRunLeavesNothing)$'
 # verify/: the mutex model grants one holder at a time.
 m "verify: mutex model grants a held lock" verify/check.go \
   'case in.Op == "acquire" && holder == -1:' \

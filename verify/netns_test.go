@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,7 +202,9 @@ func TestFailedRunLeavesNothing(t *testing.T) {
 	}
 }
 
-// processesMentioning lists the processes whose command line contains s.
+// processesMentioning lists the processes whose command line, working
+// directory or environment mentions s (redis-server rewrites its command
+// line, but works in its directory).
 func processesMentioning(t *testing.T, s string) []string {
 	t.Helper()
 	dirs, err := os.ReadDir("/proc")
@@ -210,9 +213,14 @@ func processesMentioning(t *testing.T, s string) []string {
 	}
 	var out []string
 	for _, d := range dirs {
-		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err == nil && strings.Contains(string(b), s) {
-			out = append(out, d.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		if _, err := strconv.Atoi(d.Name()); err != nil || d.Name() == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		env, _ := os.ReadFile("/proc/" + d.Name() + "/environ")
+		cwd, _ := os.Readlink("/proc/" + d.Name() + "/cwd")
+		if strings.Contains(string(cmd), s) || strings.Contains(string(env), s) || strings.HasPrefix(cwd, s) {
+			out = append(out, d.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
 		}
 	}
 	return out
