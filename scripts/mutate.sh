@@ -617,6 +617,12 @@ m "verify: a run leaves its servers running" verify/scenario.go \
   '	defer topo.Close()' \
   '	_ = topo.Close' \
   ./verify '^(TestFailedRunLeavesNothing)$'
+# verify/: the ignore-lost control must really ignore its lock context,
+# and the smoke must notice when a control escapes its checker.
+m "verify: the broken client honours its lock context" verify/worker.go \
+  'ctx = context.WithoutCancel(hctx)' \
+  'ctx = hctx' \
+  ./verify '^(TestSmoke)$'
 # verify/: the mutex model grants one holder at a time.
 m "verify: mutex model grants a held lock" verify/check.go \
   'case in.Op == "acquire" && holder == -1:' \
