@@ -37,6 +37,9 @@ const (
 	// off from everything else: a Sentinel majority promotes a replica
 	// while c1 still talks to the old master.
 	FaultPartitionMinority = "partition-master-minority"
+	// FaultPartitionHolderMinority is FaultPartitionMinority with the
+	// client that holds the lock, rather than c1, on the master's side.
+	FaultPartitionHolderMinority = "partition-holder-minority"
 	// FaultPartitionReplicas cuts the master off from its replicas only.
 	FaultPartitionReplicas = "partition-master-replicas"
 	// FaultPauseHolder freezes (SIGSTOP) the client process that holds
@@ -66,6 +69,7 @@ type Scenario struct {
 	Fault       string
 	Workload    string
 	Broken      string
+	Hold        time.Duration // the critical section; 0 for 5 ms
 	Duration    time.Duration // of contention
 }
 
@@ -80,6 +84,9 @@ func (s Scenario) Name() string {
 		}
 	}
 	b += ", " + s.Fault + ", " + s.Workload
+	if s.Hold != 0 {
+		b += fmt.Sprintf(" (holds of %v)", s.Hold)
+	}
 	if s.Broken != "" {
 		b += ", BROKEN client: " + s.Broken
 	}
@@ -184,6 +191,9 @@ func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) 
 			// finds the holder before it, and the write goes out stale.
 			cfg.Critical = 50 * time.Millisecond
 		}
+		if sc.Hold != 0 {
+			cfg.Critical = sc.Hold
+		}
 		b, _ := json.Marshal(cfg)
 		c.proc = &Proc{Node: nd, bin: exe, log: c.out + ".log",
 			env: append(os.Environ(), workerEnv+"="+string(b)), stdout: &c.res}
@@ -287,7 +297,7 @@ func inject(ctx context.Context, sc Scenario, topo *Topology, clients []*client,
 // faultBudget is the time one fault needs, healing included.
 func faultBudget(fault string) time.Duration {
 	switch fault {
-	case FaultPartitionMinority, FaultPartitionReplicas:
+	case FaultPartitionMinority, FaultPartitionHolderMinority, FaultPartitionReplicas:
 		return partitionFor + 6*time.Second
 	case FaultPauseHolder:
 		return pauseFor + 2*time.Second
@@ -301,6 +311,8 @@ func faultFunc(name string) faultFn {
 	switch name {
 	case FaultPartitionMinority:
 		return partitionMinority
+	case FaultPartitionHolderMinority:
+		return partitionHolderMinority
 	case FaultPartitionReplicas:
 		return partitionReplicas
 	case FaultPauseHolder:
@@ -316,11 +328,27 @@ func faultFunc(name string) faultFn {
 // partitionMinority cuts {master, s1, c1} off from the rest for
 // partitionFor, then heals and waits for the topology.
 func partitionMinority(ctx context.Context, topo *Topology, clients []*client) (string, error) {
+	return partitionWith(ctx, topo, clients, clients[0])
+}
+
+// partitionHolderMinority cuts {master, s1, the lock's holder} off from
+// the rest: the holder keeps renewing on the old master.
+func partitionHolderMinority(ctx context.Context, topo *Topology, clients []*client) (string, error) {
+	holder, err := holderClient(ctx, topo, clients)
+	if err != nil {
+		return "", err
+	}
+	note, err := partitionWith(ctx, topo, clients, holder)
+	return strings.TrimPrefix(note+"; ", "; ") + "cut off " + holder.node.Name, err
+}
+
+// partitionWith cuts {master, s1, minor} off from the rest.
+func partitionWith(ctx context.Context, topo *Topology, clients []*client, minor *client) (string, error) {
 	m, err := topo.Master(ctx)
 	if err != nil {
 		return "", err
 	}
-	minority := []*Node{m.Node, clients[0].node}
+	minority := []*Node{m.Node, minor.node}
 	var majority []*Node
 	for _, r := range topo.Replicas(m) {
 		majority = append(majority, r.Node)
@@ -332,8 +360,10 @@ func partitionMinority(ctx context.Context, topo *Topology, clients []*client) (
 			majority = append(majority, s.Node)
 		}
 	}
-	for _, c := range clients[1:] {
-		majority = append(majority, c.node)
+	for _, c := range clients {
+		if c != minor {
+			majority = append(majority, c.node)
+		}
 	}
 	return partitionAndHeal(ctx, topo, minority, majority)
 }
@@ -367,8 +397,22 @@ func partitionAndHeal(ctx context.Context, topo *Topology, a, b []*Node) (string
 }
 
 // pauseHolder freezes the worker whose dlock client holds the lock now
-// for pauseFor. It waits up to ten seconds for a holder to show.
+// for pauseFor.
 func pauseHolder(ctx context.Context, topo *Topology, clients []*client) (string, error) {
+	target, err := holderClient(ctx, topo, clients)
+	if err != nil {
+		return "", err
+	}
+	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
+		return "", err
+	}
+	sleepCtx(ctx, pauseFor)
+	return "paused " + target.node.Name, target.proc.Signal(syscall.SIGCONT)
+}
+
+// holderClient returns the worker whose dlock client holds the lock (its
+// ID is in a field of the lock's hash), waiting up to ten seconds for one.
+func holderClient(ctx context.Context, topo *Topology, clients []*client) (*client, error) {
 	var target *client
 	err := poll(ctx, 10*time.Second, func() error {
 		m, err := topo.Master(ctx)
@@ -391,14 +435,7 @@ func pauseHolder(ctx context.Context, topo *Topology, clients []*client) (string
 		}
 		return errors.New("nobody holds the lock")
 	})
-	if err != nil {
-		return "", err
-	}
-	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
-		return "", err
-	}
-	sleepCtx(ctx, pauseFor)
-	return "paused " + target.node.Name, target.proc.Signal(syscall.SIGCONT)
+	return target, err
 }
 
 // pauseMaster freezes the master until the sentinels promote another
