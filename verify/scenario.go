@@ -99,7 +99,7 @@ type Result struct {
 	Acquisitions   int
 	AcquireErrors  int
 	DoubleGrants   int
-	LongestOverlap time.Duration // of two holds that must not overlap
+	LongestOverlap time.Duration // the longest stretch in which conflicting holds were open
 	Verdict        porcupine.CheckResult
 	Increments     int // counter increments the workers saw succeed
 	LostUpdates    int // increments minus the counter's final value
