@@ -792,6 +792,42 @@ m "deadlock: wait record kept after the Lock returned" deadlock.go \
   '		ws.poke()' \
   . '^(TestDeadlockReported)$'
 
+# verify/: a partition must really cut the traffic between its sides.
+m "verify: partition drops nothing" verify/netns.go \
+  'return ip(ctx, "-n", from.NS, "route", "add", "blackhole", to.Addr+"/32")' \
+  'return nil' \
+  ./verify '^(TestPartitionStopsTraffic)$'
+# verify/: a run leaves no namespace behind.
+m "verify: Close leaves the nodes' namespaces" verify/netns.go \
+  'errs = append(errs, delNS(ctx, nd.NS))' \
+  '_ = nd' \
+  ./verify '^(TestNetLeavesNothing)$'
+# verify/: a run that fails still kills every process it started.
+m "verify: a run leaves its servers running" verify/scenario.go \
+  '	defer topo.Close()' \
+  '	_ = topo.Close' \
+  ./verify '^(TestFailedRunLeavesNothing)$'
+# verify/: the ignore-lost control must really ignore its lock context,
+# and the smoke must notice when a control escapes its checker.
+m "verify: the broken client honours its lock context" verify/worker.go \
+  'ctx = context.WithoutCancel(hctx)' \
+  'ctx = hctx' \
+  ./verify '^(TestSmoke)$'
+# verify/: the mutex model grants one holder at a time.
+m "verify: mutex model grants a held lock" verify/check.go \
+  'case in.Op == "acquire" && holder == -1:' \
+  'case in.Op == "acquire":' \
+  ./verify '^(TestCheckersOnSyntheticHistories|TestUnreleasedHoldIsOpen|TestPorcupineAgainstIntervals)$'
+# verify/: the semaphore model grants at most n permits.
+m "verify: semaphore model grants one permit too many" verify/check.go \
+  'len(held) < n &&' \
+  'len(held) <= n &&' \
+  ./verify '^(TestCheckersOnSyntheticHistories)$'
+# verify/: the fenced register refuses a lower token.
+m "verify: fenced register without its check" verify/worker.go \
+  "if ARGV[2] == '1' and t < max then" \
+  "if false then" \
+  ./verify '^(TestFencedRegister)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

@@ -1,0 +1,510 @@
+package verify
+
+// A scenario is one row of the matrix: a topology, a fault, a workload and
+// a client (correct or broken). Run builds the network and the topology,
+// starts the workers, injects the fault again and again while they run,
+// heals, waits for the workers, and checks what they recorded.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Topologies.
+const (
+	TopoSingle   = "single"   // one redis-server
+	TopoSentinel = "sentinel" // a master, two replicas, three sentinels
+)
+
+// Faults.
+const (
+	FaultNone = "none"
+	// FaultOverrun: no outside fault; one hold in ten outlasts its fixed
+	// lease (a slow critical section), and the lease runs out under it.
+	FaultOverrun = "overrun"
+	// FaultPartitionMinority cuts the master, one sentinel and client c1
+	// off from everything else: a Sentinel majority promotes a replica
+	// while c1 still talks to the old master.
+	FaultPartitionMinority = "partition-master-minority"
+	// FaultPartitionHolderMinority is FaultPartitionMinority with the
+	// client that holds the lock, rather than c1, on the master's side.
+	FaultPartitionHolderMinority = "partition-holder-minority"
+	// FaultPartitionReplicas cuts the master off from its replicas only.
+	FaultPartitionReplicas = "partition-master-replicas"
+	// FaultPauseHolder freezes (SIGSTOP) the client process that holds
+	// the lock for longer than the lease, then resumes it.
+	FaultPauseHolder = "pause-holder"
+	// FaultPauseMaster freezes the master past Sentinel's down-after, so a
+	// replica is promoted, then resumes it.
+	FaultPauseMaster = "pause-master"
+	// FaultKillMaster kills the master with SIGKILL and starts it again
+	// (empty: no persistence), after the failover when there is Sentinel.
+	FaultKillMaster = "kill-master"
+)
+
+// Timing of every run.
+const (
+	watchdog     = 2 * time.Second        // the watchdog timeout of every hold
+	overrunLease = 500 * time.Millisecond // the fixed lease of FaultOverrun
+	partitionFor = 8 * time.Second        // how long a partition lasts
+	pauseFor     = 3 * watchdog           // a pause, past the lease
+	settle       = 2 * time.Second        // contention between faults
+)
+
+// Scenario is one run.
+type Scenario struct {
+	Topo        string
+	ReplicaSync bool
+	Fault       string
+	Workload    string
+	Broken      string
+	Hold        time.Duration // the critical section; 0 for 5 ms
+	Duration    time.Duration // of contention
+}
+
+// Name is the scenario's label in the table.
+func (s Scenario) Name() string {
+	b := s.Topo
+	if s.Topo == TopoSentinel {
+		if s.ReplicaSync {
+			b += "+sync"
+		} else {
+			b += " no sync"
+		}
+	}
+	b += ", " + s.Fault + ", " + s.Workload
+	if s.Hold != 0 {
+		b += fmt.Sprintf(" (holds of %v)", s.Hold)
+	}
+	if s.Broken != "" {
+		b += ", BROKEN client: " + s.Broken
+	}
+	return b
+}
+
+// Result is what a run found.
+type Result struct {
+	Scenario
+	Acquisitions   int
+	AcquireErrors  int
+	DoubleGrants   int
+	LongestOverlap time.Duration // the longest stretch in which conflicting holds were open
+	Verdict        porcupine.CheckResult
+	Increments     int // counter increments the workers saw succeed
+	LostUpdates    int // increments minus the counter's final value
+	StaleAttempted int // register writes with a stale token
+	StaleAccepted  int // ... that the register accepted
+	MaxUnavailable time.Duration
+	Faults         int
+	Notes          []string
+	Err            string // the run's error, for the table
+}
+
+// client is one worker process.
+type client struct {
+	node *Node
+	proc *Proc
+	out  string
+	res  bytes.Buffer
+}
+
+// Run runs sc with its own network and processes in dir, and removes them
+// all before it returns, whatever happened.
+func Run(ctx context.Context, sc Scenario, dir string) (res Result, err error) {
+	res.Scenario = sc
+	n, err := NewNet(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, n.Close()) }()
+	replicas := 0
+	if sc.Topo == TopoSentinel {
+		replicas = 2
+	}
+	topo, err := StartTopology(ctx, n, dir, replicas, sc.Topo == TopoSentinel)
+	if err != nil {
+		return res, err
+	}
+	defer topo.Close()
+	clients, err := startWorkers(ctx, sc, topo, dir)
+	defer func() {
+		for _, c := range clients {
+			c.proc.Kill()
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
+	until := time.Now().Add(sc.Duration)
+	f := inject(ctx, sc, topo, clients, until)
+	res.Faults, res.Notes = f.count, f.notes
+	if f.err != nil {
+		return res, fmt.Errorf("dlock/verify: fault %d: %w", f.count+1, f.err)
+	}
+	if err := awaitWorkers(clients, until.Add(90*time.Second)); err != nil {
+		return res, err
+	}
+	return check(ctx, res, topo, clients)
+}
+
+// startWorkers starts three worker processes, each in its own namespace,
+// running this executable again (WorkerMain).
+func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) ([]*client, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	until := Mono() + sc.Duration.Nanoseconds()
+	var clients []*client
+	for i := 1; i <= 3; i++ {
+		nd, err := topo.Net.AddNode(ctx, "c"+strconv.Itoa(i))
+		if err != nil {
+			return clients, err
+		}
+		c := &client{node: nd, out: filepath.Join(dir, fmt.Sprintf("c%d.history", i))}
+		cfg := WorkerConfig{ID: i, Out: c.out, Resource: topo.Resource.Addr(redisPort), Name: "verify-lock",
+			Workload: sc.Workload, Broken: sc.Broken, Goroutines: 2, Until: until,
+			Watchdog: watchdog, Critical: 5 * time.Millisecond, ReplicaSync: sc.ReplicaSync}
+		if len(topo.Sentinels) > 0 {
+			for _, s := range topo.Sentinels {
+				cfg.Sentinels = append(cfg.Sentinels, s.Addr(sentinelPort))
+			}
+		} else {
+			cfg.LockAddr = topo.Servers[0].Addr(redisPort)
+		}
+		switch sc.Fault {
+		case FaultOverrun:
+			cfg.Lease, cfg.Overrun, cfg.OverrunOdds = overrunLease, 1200*time.Millisecond, 10
+		case FaultPauseHolder:
+			// Most of a hold before the register write: a pause then
+			// finds the holder before it, and the write goes out stale.
+			cfg.Critical = 50 * time.Millisecond
+		}
+		if sc.Hold != 0 {
+			cfg.Critical = sc.Hold
+		}
+		b, _ := json.Marshal(cfg)
+		c.proc = &Proc{Node: nd, bin: exe, log: c.out + ".log",
+			env: append(os.Environ(), workerEnv+"="+string(b)), stdout: &c.res}
+		if err := c.proc.Start(); err != nil {
+			return clients, err
+		}
+		clients = append(clients, c)
+	}
+	return clients, nil
+}
+
+// awaitWorkers waits until every worker has exited, or deadline.
+func awaitWorkers(clients []*client, deadline time.Time) error {
+	for _, c := range clients {
+		select {
+		case <-c.proc.exited():
+		case <-time.After(time.Until(deadline)):
+			return fmt.Errorf("dlock/verify: worker %s still running past its deadline", c.node.Name)
+		}
+	}
+	return nil
+}
+
+// check reads the workers' histories and results and the resource, and
+// fills in res.
+func check(ctx context.Context, res Result, topo *Topology, clients []*client) (Result, error) {
+	var paths []string
+	for _, c := range clients {
+		var wr WorkerResult
+		if err := json.Unmarshal(c.res.Bytes(), &wr); err != nil {
+			return res, fmt.Errorf("dlock/verify: worker %s: result %q: %w (see %s.log)", c.node.Name, c.res.String(), err, c.out)
+		}
+		res.Acquisitions += wr.Acquired
+		res.AcquireErrors += wr.Errors
+		res.Increments += wr.Increments
+		paths = append(paths, c.out)
+	}
+	evs, err := ReadHistory(paths...)
+	if err != nil {
+		return res, err
+	}
+	ops, holds := Operations(evs)
+	res.Verdict = Linearizable(ModelFor(res.Workload), ops, 2*time.Minute)
+	res.DoubleGrants, res.LongestOverlap = DoubleGrants(res.Workload, holds)
+	res.MaxUnavailable = MaxUnavailable(evs)
+
+	rdb := topo.Client(topo.Resource.Addr(redisPort))
+	defer rdb.Close()
+	final, err := rdb.Get(ctx, counterKey).Int()
+	if err != nil && res.Increments > 0 {
+		return res, fmt.Errorf("dlock/verify: reading the counter: %w", err)
+	}
+	res.LostUpdates = max(0, res.Increments-final)
+	reg, err := rdb.HGetAll(ctx, registerKey).Result()
+	if err != nil {
+		return res, fmt.Errorf("dlock/verify: reading the register: %w", err)
+	}
+	res.StaleAttempted, _ = strconv.Atoi(reg["stale_attempted"])
+	res.StaleAccepted, _ = strconv.Atoi(reg["stale_accepted"])
+	return res, nil
+}
+
+// faultOutcome is what inject did.
+type faultOutcome struct {
+	count int
+	notes []string
+	err   error
+}
+
+// inject injects sc's fault every settle until a whole fault no longer
+// fits before until, healing after each and waiting for the topology to
+// be whole again.
+func inject(ctx context.Context, sc Scenario, topo *Topology, clients []*client, until time.Time) faultOutcome {
+	var f faultOutcome
+	fault := faultFunc(sc.Fault)
+	if fault == nil {
+		return f
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			f.err = ctx.Err()
+			return f
+		case <-time.After(settle):
+		}
+		if time.Until(until) < faultBudget(sc.Fault) {
+			return f
+		}
+		note, err := fault(ctx, topo, clients)
+		if note != "" {
+			f.notes = append(f.notes, note)
+		}
+		if err != nil {
+			f.err = err
+			return f
+		}
+		f.count++
+	}
+}
+
+// faultBudget is the time one fault needs, healing included.
+func faultBudget(fault string) time.Duration {
+	switch fault {
+	case FaultPartitionMinority, FaultPartitionHolderMinority, FaultPartitionReplicas:
+		return partitionFor + 6*time.Second
+	case FaultPauseHolder:
+		return pauseFor + 2*time.Second
+	}
+	return 8 * time.Second
+}
+
+type faultFn func(ctx context.Context, topo *Topology, clients []*client) (note string, err error)
+
+func faultFunc(name string) faultFn {
+	switch name {
+	case FaultPartitionMinority:
+		return partitionMinority
+	case FaultPartitionHolderMinority:
+		return partitionHolderMinority
+	case FaultPartitionReplicas:
+		return partitionReplicas
+	case FaultPauseHolder:
+		return pauseHolder
+	case FaultPauseMaster:
+		return pauseMaster
+	case FaultKillMaster:
+		return killMaster
+	}
+	return nil
+}
+
+// partitionMinority cuts {master, s1, c1} off from the rest for
+// partitionFor, then heals and waits for the topology.
+func partitionMinority(ctx context.Context, topo *Topology, clients []*client) (string, error) {
+	return partitionWith(ctx, topo, clients, clients[0])
+}
+
+// partitionHolderMinority cuts {master, s1, the lock's holder} off from
+// the rest: the holder keeps renewing on the old master.
+func partitionHolderMinority(ctx context.Context, topo *Topology, clients []*client) (string, error) {
+	holder, err := holderClient(ctx, topo, clients)
+	if err != nil {
+		return "", err
+	}
+	note, err := partitionWith(ctx, topo, clients, holder)
+	return strings.TrimPrefix(note+"; ", "; ") + "cut off " + holder.node.Name, err
+}
+
+// partitionWith cuts {master, s1, minor} off from the rest.
+func partitionWith(ctx context.Context, topo *Topology, clients []*client, minor *client) (string, error) {
+	m, err := topo.Master(ctx)
+	if err != nil {
+		return "", err
+	}
+	minority := []*Node{m.Node, minor.node}
+	var majority []*Node
+	for _, r := range topo.Replicas(m) {
+		majority = append(majority, r.Node)
+	}
+	for i, s := range topo.Sentinels {
+		if i == 0 {
+			minority = append(minority, s.Node)
+		} else {
+			majority = append(majority, s.Node)
+		}
+	}
+	for _, c := range clients {
+		if c != minor {
+			majority = append(majority, c.node)
+		}
+	}
+	return partitionAndHeal(ctx, topo, minority, majority)
+}
+
+// partitionReplicas cuts the master off from its replicas only.
+func partitionReplicas(ctx context.Context, topo *Topology, _ []*client) (string, error) {
+	m, err := topo.Master(ctx)
+	if err != nil {
+		return "", err
+	}
+	var rs []*Node
+	for _, r := range topo.Replicas(m) {
+		rs = append(rs, r.Node)
+	}
+	return partitionAndHeal(ctx, topo, []*Node{m.Node}, rs)
+}
+
+func partitionAndHeal(ctx context.Context, topo *Topology, a, b []*Node) (string, error) {
+	before, _ := topo.Master(ctx)
+	if err := topo.Net.Partition(ctx, a, b); err != nil {
+		return "", err
+	}
+	sleepCtx(ctx, partitionFor)
+	if err := topo.Net.Heal(ctx); err != nil {
+		return "", err
+	}
+	if err := topo.WaitHealthy(ctx, 90*time.Second); err != nil {
+		return "", err
+	}
+	return failoverNote(ctx, topo, before), nil
+}
+
+// pauseHolder freezes the worker whose dlock client holds the lock now
+// for pauseFor.
+func pauseHolder(ctx context.Context, topo *Topology, clients []*client) (string, error) {
+	target, err := holderClient(ctx, topo, clients)
+	if err != nil {
+		return "", err
+	}
+	if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
+		return "", err
+	}
+	sleepCtx(ctx, pauseFor)
+	return "paused " + target.node.Name, target.proc.Signal(syscall.SIGCONT)
+}
+
+// holderClient returns the worker whose dlock client holds the lock (its
+// ID is in a field of the lock's hash), waiting up to ten seconds for one.
+func holderClient(ctx context.Context, topo *Topology, clients []*client) (*client, error) {
+	var target *client
+	err := poll(ctx, 10*time.Second, func() error {
+		m, err := topo.Master(ctx)
+		if err != nil {
+			return err
+		}
+		v, err := topo.do(ctx, m.Addr(redisPort), "HKEYS", "verify-lock")
+		if err != nil {
+			return err
+		}
+		fields, _ := v.([]any)
+		for _, c := range clients {
+			id, _ := os.ReadFile(c.out + ".id")
+			for _, f := range fields {
+				if len(id) > 0 && strings.Contains(fmt.Sprint(f), string(id)) {
+					target = c
+					return nil
+				}
+			}
+		}
+		return errors.New("nobody holds the lock")
+	})
+	return target, err
+}
+
+// pauseMaster freezes the master until the sentinels promote another
+// server (or for pauseFor without Sentinel), then resumes it.
+func pauseMaster(ctx context.Context, topo *Topology, _ []*client) (string, error) {
+	m, err := topo.Master(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := m.Signal(syscall.SIGSTOP); err != nil {
+		return "", err
+	}
+	err = awaitNewMaster(ctx, topo, m)
+	if err := errors.Join(err, m.Signal(syscall.SIGCONT)); err != nil {
+		return "", err
+	}
+	if err := topo.WaitHealthy(ctx, 90*time.Second); err != nil {
+		return "", err
+	}
+	return failoverNote(ctx, topo, m), nil
+}
+
+// killMaster kills the master, waits for the failover (or a second
+// without Sentinel), starts it again and waits for the topology.
+func killMaster(ctx context.Context, topo *Topology, _ []*client) (string, error) {
+	m, err := topo.Master(ctx)
+	if err != nil {
+		return "", err
+	}
+	m.Kill()
+	if err := awaitNewMaster(ctx, topo, m); err != nil {
+		return "", err
+	}
+	if err := m.Start(); err != nil {
+		return "", err
+	}
+	if err := topo.awaitPing(ctx, m.Addr(redisPort)); err != nil {
+		return "", err
+	}
+	if err := topo.WaitHealthy(ctx, 90*time.Second); err != nil {
+		return "", err
+	}
+	return failoverNote(ctx, topo, m), nil
+}
+
+// failoverNote says whether the master changed from before.
+func failoverNote(ctx context.Context, topo *Topology, before *Proc) string {
+	after, err := topo.Master(ctx)
+	if err != nil || before == nil || after == before {
+		return ""
+	}
+	return "failover"
+}
+
+// awaitNewMaster waits until the sentinels agree on a master other than
+// old; without Sentinel it waits pauseFor.
+func awaitNewMaster(ctx context.Context, topo *Topology, old *Proc) error {
+	if len(topo.Sentinels) == 0 {
+		sleepCtx(ctx, pauseFor)
+		return nil
+	}
+	return poll(ctx, 60*time.Second, func() error {
+		m, err := topo.Master(ctx)
+		if err != nil {
+			return err
+		}
+		if m == old {
+			return errors.New("no failover yet")
+		}
+		return nil
+	})
+}
