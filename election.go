@@ -130,8 +130,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (leaderCtx contex
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Value(leaderKey{e}).(*leadership); ok {
-		return nil, fmt.Errorf("%w: %q: ctx is already a leader context of this election", ErrInvalidOption, e.name)
+	if err := e.reentry(ctx); err != nil {
+		return nil, err
 	}
 	lockCtx, err := e.m.Lock(ctx)
 	if err != nil {
@@ -140,8 +140,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (leaderCtx contex
 	owner, _ := ownerFrom(lockCtx, e.c)
 	token, _ := Token(lockCtx)
 	l := &leadership{e: e, owner: owner, token: token, resign: make(chan struct{}), done: make(chan struct{})}
-	if err := e.elect(ctx, l, value); err != nil {
-		e.unlockAside(lockCtx)
+	// Elected: the record is written on the leadership's time, not ctx's,
+	// so that a ctx ending now neither fails an elected Campaign nor
+	// leaves a record nobody ends.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.cfg.watchdogTimeout/3)
+	err = e.elect(ectx, l, value)
+	cancel()
+	if err != nil {
+		e.abandon(lockCtx, l)
 		return nil, fmt.Errorf("dlock: campaign %q: %w", e.name, err)
 	}
 	leaderCtx = context.WithValue(lockCtx, leaderKey{e}, l)
@@ -157,7 +163,7 @@ func (e *Election) elect(ctx context.Context, l *leadership, value string) error
 	if len(os.Args) > 0 {
 		prog = filepath.Base(os.Args[0])
 	}
-	res, err := e.c.tr.Call(ctx, nil, false, scripts.ElectionElect, e.keys, l.owner, l.token, e.c.publish,
+	res, err := e.c.tr.Call(ctx, nil, false, scripts.ElectionElect, e.keys, l.owner, l.token, e.c.publish, e.slack().Milliseconds(),
 		"value", value, "since", time.Now().UnixMilli(), "host", host, "pid", os.Getpid(),
 		"program", prog, "name", e.c.cfg.clientName).Int64()
 	switch {
@@ -169,12 +175,32 @@ func (e *Election) elect(ctx context.Context, l *leadership, value string) error
 	return nil
 }
 
-// unlockAside releases a hold of the election's lock without waiting for
-// Redis: the release goes on in the background, bounded.
-func (e *Election) unlockAside(lockCtx context.Context) {
-	uctx, cancel := context.WithTimeout(lockCtx, e.c.cfg.watchdogTimeout)
+// reentry refuses a Campaign whose ctx would re-enter the election's lock:
+// its owner holds the lock through this Client already (ctx is a leader
+// context of this election or of another Election on the same name, or
+// carries a Mutex's hold of it). A re-entry would share that hold, and
+// the end of either leadership would end both.
+func (e *Election) reentry(ctx context.Context) error {
+	if _, ok := ctx.Value(leaderKey{e}).(*leadership); ok {
+		return fmt.Errorf("%w: %q: ctx is already a leader context of this election", ErrInvalidOption, e.name)
+	}
+	if owner, ok := ownerFrom(ctx, e.c); ok && e.c.holds.held(e.m.holdKey(owner)) != nil {
+		return fmt.Errorf("%w: %q: ctx's owner holds the election's lock already (a leader context of another Election on this name, or a lock context of it); campaign with a context that holds no lock of this name", ErrInvalidOption, e.name)
+	}
+	return nil
+}
+
+// abandon undoes a Campaign whose record could not be written for sure:
+// the record is ended (it may have been written, and observers told) and
+// the lock released, both without waiting for Redis beyond a bound.
+func (e *Election) abandon(lockCtx context.Context, l *leadership) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), e.c.cfg.watchdogTimeout/3)
 	defer cancel()
-	_ = e.m.Unlock(uctx)
+	if err := l.end(ctx); err != nil {
+		e.c.cfg.logger.Warn("dlock: election: a failed campaign's record was not ended; it expires with the lock",
+			"election", e.name, "error", err)
+	}
+	_ = e.m.Unlock(ctx)
 }
 
 // Proclaim sets the leader's value without an election. leaderCtx is the
@@ -191,6 +217,9 @@ func (e *Election) Proclaim(leaderCtx context.Context, value string) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("dlock: proclaim %q: %w", e.name, err)
+	case seq == -2:
+		l.abdicate(leaderCtx)
+		return fmt.Errorf("%w: %q: the election record is gone from Redis; the lock is given back", ErrNotLeader, e.name)
 	case seq < 0:
 		l.lose(leaderCtx)
 		return fmt.Errorf("%w: %q: the leadership is gone from Redis", ErrNotLeader, e.name)
@@ -259,7 +288,7 @@ func (e *Election) check(ctx context.Context) error {
 func (l *leadership) keep(leaderCtx context.Context) {
 	defer close(l.done)
 	c := l.e.c
-	every := c.cfg.watchdogTimeout / 3
+	every := l.e.slack()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -271,10 +300,14 @@ func (l *leadership) keep(leaderCtx context.Context) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(leaderCtx, every)
-			ok, err := c.tr.Call(ctx, nil, false, scripts.ElectionKeep, l.e.readKeys, l.owner, l.token).Bool()
+			res, err := c.tr.Call(ctx, nil, false, scripts.ElectionKeep, l.e.readKeys, l.owner, l.token, l.e.slack().Milliseconds()).Int64()
 			cancel()
-			if err == nil && !ok {
+			switch {
+			case err != nil:
+			case res == 0:
 				l.lose(leaderCtx)
+			case res < 0:
+				l.abdicate(leaderCtx)
 			}
 		}
 	}
@@ -307,6 +340,25 @@ func (l *leadership) lose(leaderCtx context.Context) {
 		acq.hold.lose(fmt.Errorf("%w: %q: the leadership is gone from Redis", ErrLockLost, l.e.name))
 	}
 }
+
+// abdicate ends l, whose election record is gone from Redis (deleted) while
+// its lock is still held: nobody else could lead until the lock's lease ran
+// out. The lock is given back in the background (bounded, retried like any
+// give-back; a new hold of the owner waits for it), then the hold is lost,
+// which cancels the leader context with cause ErrLockLost.
+func (l *leadership) abdicate(leaderCtx context.Context) {
+	acq, ok := leaderCtx.Value(l.e.m.acqKey).(*acquisition)
+	if !ok || !l.e.c.holds.registered(acq.hold) {
+		return
+	}
+	l.e.m.giveBack(request{owner: l.owner, lease: acq.hold.lease})
+	acq.hold.lose(fmt.Errorf("%w: %q: the election record is gone from Redis; the lock was given back", ErrLockLost, l.e.name))
+}
+
+// slack is how long the election record outlives its lock's TTL: one keep
+// interval, so that a record copied from a lock's short TTL (after a
+// stall) does not expire before the next keep renews it.
+func (e *Election) slack() time.Duration { return e.c.cfg.watchdogTimeout / 3 }
 
 // end deletes l's election record and announces the end of l.
 func (l *leadership) end(ctx context.Context) error {
