@@ -751,8 +751,8 @@ m "election: record expires with the lock" election.go \
   . '^(TestElectionRecordOutlivesLock)$'
 # An elected Campaign records the leader on the leadership's time.
 m "election: elect on the caller's ctx" election.go \
-  'err = e.elect(ectx, l, value)' \
-  'err = e.elect(ctx, l, value)' \
+  'ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx),' \
+  'ectx, cancel := context.WithTimeout(ctx,' \
   . '^(TestElectionCampaignCtxEndsAfterLock)$'
 # An observer whose subscription was opened again reads the record: the
 # changes published meanwhile were lost.
