@@ -453,7 +453,10 @@ func revisionOf(info LeaderInfo) revision {
 // was opened again (messages may have been lost meanwhile: changes in
 // between are then reported as one), and when the current record's
 // expiry passes (a leader that died without telling anyone): about one
-// read per lease while a leader is alive. Deliveries wait for the
+// read per lease while a leader is alive. When the subscription is not
+// confirmed within 5 seconds (refused: an ACL user needs the channel, see
+// docs/how-it-works.md), the observer polls the record every third of
+// the watchdog timeout until it is, and logs a warning. Deliveries wait for the
 // receiver: an observer that is not read keeps up to 1024 changes for
 // it, dropping the oldest beyond.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
@@ -507,13 +510,22 @@ func (e *Election) observe(ctx context.Context, w *pubsub.Waiter, out chan<- Lea
 	defer close(out)
 	defer w.Close(true)
 	o := &observer{leading: true} // so that "no leader" is delivered first
+	ready := w.Ready()
+	wait := time.NewTimer(observeSubscribeWait)
 	select {
-	case <-w.Ready():
+	case <-ready:
+		ready = nil
+	case <-wait.C:
+		// Refused (an ACL without the channel) or Redis too slow: poll
+		// until the subscription is confirmed, if it ever is.
+		e.c.cfg.logger.Warn("dlock: election: observe: subscription not confirmed; polling the record until it is",
+			"election", e.name, "every", e.pollEvery())
 	case <-ctx.Done():
 		return
 	case <-e.c.done:
 		return
 	}
+	wait.Stop()
 	safety := time.NewTimer(0) // the first read
 	defer safety.Stop()
 	for {
@@ -541,11 +553,26 @@ func (e *Election) observe(ctx context.Context, w *pubsub.Waiter, out chan<- Lea
 			if gap {
 				safety.Reset(0)
 			}
+		case <-ready: // confirmed at last: pushed from now on
+			ready = nil
+			safety.Reset(0)
 		case <-safety.C:
-			safety.Reset(e.reread(ctx, o))
+			next := e.reread(ctx, o)
+			if ready != nil {
+				next = min(next, e.pollEvery())
+			}
+			safety.Reset(next)
 		}
 	}
 }
+
+// observeSubscribeWait is how long Observe waits for its subscription to
+// be confirmed before it polls the record instead.
+const observeSubscribeWait = 5 * time.Second
+
+// pollEvery is how often an observer whose subscription is not confirmed
+// reads the record: a third of the watchdog timeout.
+func (e *Election) pollEvery() time.Duration { return e.c.cfg.watchdogTimeout / 3 }
 
 // reread reads the current leader for o, and returns when to read again:
 // when the leader's record expires (it is renewed while the leader

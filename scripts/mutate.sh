@@ -754,6 +754,13 @@ m "election: elect on the caller's ctx" election.go \
   'ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx),' \
   'ectx, cancel := context.WithTimeout(ctx,' \
   . '^(TestElectionCampaignCtxEndsAfterLock)$'
+# An observer whose subscription is refused polls instead of hanging.
+m "election: observe hangs on a refused subscription" election.go \
+  '	case <-wait.C:
+		// Refused' \
+  '	case <-make(chan time.Time):
+		// Refused' \
+  . '^(TestElectionObserveSubscriptionRefused)$'
 # An observer whose subscription was opened again reads the record: the
 # changes published meanwhile were lost.
 m "election: observer ignores a resubscription" election.go \
