@@ -170,3 +170,38 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestElectionObserveSubscriptionRefused: an observer whose user may read
+// the election record but not subscribe to its channel polls the record
+// instead of hanging, and says so.
+func TestElectionObserveSubscriptionRefused(t *testing.T) {
+	ctx := boundedCtx(t, 40*time.Second)
+	admin := newRedis(t)
+	user := "dlock-acl-observe"
+	acl := append(slices.Clone(minimalACL), "~dlock:election:{app:*", "+hgetall")
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, acl...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer rdb.Close()
+	var logs syncBuf
+	c := newClient(t, rdb, WithWatchdogTimeout(3*time.Second), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	name := "app:" + lockName(t)
+	seen := newElection(t, c, name).Observe(ctx)
+	leader := newElection(t, newClient(t, nil), name)
+	lead := mustCampaign(t, ctx, leader, "v1")
+	defer func() { _ = leader.Resign(lead) }()
+	// The first report may be "no leader" (read before the Campaign).
+	deadline := time.After(observeSubscribeWait + 10*time.Second)
+	for got := (LeaderInfo{}); got.Value != "v1"; {
+		select {
+		case got = <-seen:
+		case <-deadline:
+			t.Fatalf("observer without channel permission never saw the leader; logs: %q", logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "polling") {
+		t.Errorf("nothing logged about polling: %q", logs.String())
+	}
+}

@@ -130,8 +130,8 @@ func (e *Election) Campaign(ctx context.Context, value string) (leaderCtx contex
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Value(leaderKey{e}).(*leadership); ok {
-		return nil, fmt.Errorf("%w: %q: ctx is already a leader context of this election", ErrInvalidOption, e.name)
+	if err := e.reentry(ctx); err != nil {
+		return nil, err
 	}
 	lockCtx, err := e.m.Lock(ctx)
 	if err != nil {
@@ -140,8 +140,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (leaderCtx contex
 	owner, _ := ownerFrom(lockCtx, e.c)
 	token, _ := Token(lockCtx)
 	l := &leadership{e: e, owner: owner, token: token, resign: make(chan struct{}), done: make(chan struct{})}
-	if err := e.elect(ctx, l, value); err != nil {
-		e.unlockAside(lockCtx)
+	// Elected: the record is written on the leadership's time, not ctx's,
+	// so that a ctx ending now neither fails an elected Campaign nor
+	// leaves a record nobody ends.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.cfg.watchdogTimeout/3)
+	err = e.elect(ectx, l, value)
+	cancel()
+	if err != nil {
+		e.abandon(lockCtx, l)
 		return nil, fmt.Errorf("dlock: campaign %q: %w", e.name, err)
 	}
 	leaderCtx = context.WithValue(lockCtx, leaderKey{e}, l)
@@ -157,7 +163,7 @@ func (e *Election) elect(ctx context.Context, l *leadership, value string) error
 	if len(os.Args) > 0 {
 		prog = filepath.Base(os.Args[0])
 	}
-	res, err := e.c.tr.Call(ctx, nil, false, scripts.ElectionElect, e.keys, l.owner, l.token, e.c.publish,
+	res, err := e.c.tr.Call(ctx, nil, false, scripts.ElectionElect, e.keys, l.owner, l.token, e.c.publish, e.slack().Milliseconds(),
 		"value", value, "since", time.Now().UnixMilli(), "host", host, "pid", os.Getpid(),
 		"program", prog, "name", e.c.cfg.clientName).Int64()
 	switch {
@@ -169,12 +175,32 @@ func (e *Election) elect(ctx context.Context, l *leadership, value string) error
 	return nil
 }
 
-// unlockAside releases a hold of the election's lock without waiting for
-// Redis: the release goes on in the background, bounded.
-func (e *Election) unlockAside(lockCtx context.Context) {
-	uctx, cancel := context.WithTimeout(lockCtx, e.c.cfg.watchdogTimeout)
+// reentry refuses a Campaign whose ctx would re-enter the election's lock:
+// its owner holds the lock through this Client already (ctx is a leader
+// context of this election or of another Election on the same name, or
+// carries a Mutex's hold of it). A re-entry would share that hold, and
+// the end of either leadership would end both.
+func (e *Election) reentry(ctx context.Context) error {
+	if _, ok := ctx.Value(leaderKey{e}).(*leadership); ok {
+		return fmt.Errorf("%w: %q: ctx is already a leader context of this election", ErrInvalidOption, e.name)
+	}
+	if owner, ok := ownerFrom(ctx, e.c); ok && e.c.holds.held(e.m.holdKey(owner)) != nil {
+		return fmt.Errorf("%w: %q: ctx's owner holds the election's lock already (a leader context of another Election on this name, or a lock context of it); campaign with a context that holds no lock of this name", ErrInvalidOption, e.name)
+	}
+	return nil
+}
+
+// abandon undoes a Campaign whose record could not be written for sure:
+// the record is ended (it may have been written, and observers told) and
+// the lock released, both without waiting for Redis beyond a bound.
+func (e *Election) abandon(lockCtx context.Context, l *leadership) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(lockCtx), e.c.cfg.watchdogTimeout/3)
 	defer cancel()
-	_ = e.m.Unlock(uctx)
+	if err := l.end(ctx); err != nil {
+		e.c.cfg.logger.Warn("dlock: election: a failed campaign's record was not ended; it expires with the lock",
+			"election", e.name, "error", err)
+	}
+	_ = e.m.Unlock(ctx)
 }
 
 // Proclaim sets the leader's value without an election. leaderCtx is the
@@ -191,6 +217,9 @@ func (e *Election) Proclaim(leaderCtx context.Context, value string) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("dlock: proclaim %q: %w", e.name, err)
+	case seq == -2:
+		l.abdicate(leaderCtx)
+		return fmt.Errorf("%w: %q: the election record is gone from Redis; the lock is given back", ErrNotLeader, e.name)
 	case seq < 0:
 		l.lose(leaderCtx)
 		return fmt.Errorf("%w: %q: the leadership is gone from Redis", ErrNotLeader, e.name)
@@ -259,7 +288,7 @@ func (e *Election) check(ctx context.Context) error {
 func (l *leadership) keep(leaderCtx context.Context) {
 	defer close(l.done)
 	c := l.e.c
-	every := c.cfg.watchdogTimeout / 3
+	every := l.e.slack()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -271,10 +300,14 @@ func (l *leadership) keep(leaderCtx context.Context) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(leaderCtx, every)
-			ok, err := c.tr.Call(ctx, nil, false, scripts.ElectionKeep, l.e.readKeys, l.owner, l.token).Bool()
+			res, err := c.tr.Call(ctx, nil, false, scripts.ElectionKeep, l.e.readKeys, l.owner, l.token, l.e.slack().Milliseconds()).Int64()
 			cancel()
-			if err == nil && !ok {
+			switch {
+			case err != nil:
+			case res == 0:
 				l.lose(leaderCtx)
+			case res < 0:
+				l.abdicate(leaderCtx)
 			}
 		}
 	}
@@ -307,6 +340,25 @@ func (l *leadership) lose(leaderCtx context.Context) {
 		acq.hold.lose(fmt.Errorf("%w: %q: the leadership is gone from Redis", ErrLockLost, l.e.name))
 	}
 }
+
+// abdicate ends l, whose election record is gone from Redis (deleted) while
+// its lock is still held: nobody else could lead until the lock's lease ran
+// out. The lock is given back in the background (bounded, retried like any
+// give-back; a new hold of the owner waits for it), then the hold is lost,
+// which cancels the leader context with cause ErrLockLost.
+func (l *leadership) abdicate(leaderCtx context.Context) {
+	acq, ok := leaderCtx.Value(l.e.m.acqKey).(*acquisition)
+	if !ok || !l.e.c.holds.registered(acq.hold) {
+		return
+	}
+	l.e.m.giveBack(request{owner: l.owner, lease: acq.hold.lease})
+	acq.hold.lose(fmt.Errorf("%w: %q: the election record is gone from Redis; the lock was given back", ErrLockLost, l.e.name))
+}
+
+// slack is how long the election record outlives its lock's TTL: one keep
+// interval, so that a record copied from a lock's short TTL (after a
+// stall) does not expire before the next keep renews it.
+func (e *Election) slack() time.Duration { return e.c.cfg.watchdogTimeout / 3 }
 
 // end deletes l's election record and announces the end of l.
 func (l *leadership) end(ctx context.Context) error {
@@ -401,7 +453,10 @@ func revisionOf(info LeaderInfo) revision {
 // was opened again (messages may have been lost meanwhile: changes in
 // between are then reported as one), and when the current record's
 // expiry passes (a leader that died without telling anyone): about one
-// read per lease while a leader is alive. Deliveries wait for the
+// read per lease while a leader is alive. When the subscription is not
+// confirmed within 5 seconds (refused: an ACL user needs the channel, see
+// docs/how-it-works.md), the observer polls the record every third of
+// the watchdog timeout until it is, and logs a warning. Deliveries wait for the
 // receiver: an observer that is not read keeps up to 1024 changes for
 // it, dropping the oldest beyond.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
@@ -455,13 +510,22 @@ func (e *Election) observe(ctx context.Context, w *pubsub.Waiter, out chan<- Lea
 	defer close(out)
 	defer w.Close(true)
 	o := &observer{leading: true} // so that "no leader" is delivered first
+	ready := w.Ready()
+	wait := time.NewTimer(observeSubscribeWait)
 	select {
-	case <-w.Ready():
+	case <-ready:
+		ready = nil
+	case <-wait.C:
+		// Refused (an ACL without the channel) or Redis too slow: poll
+		// until the subscription is confirmed, if it ever is.
+		e.c.cfg.logger.Warn("dlock: election: observe: subscription not confirmed; polling the record until it is",
+			"election", e.name, "every", e.pollEvery())
 	case <-ctx.Done():
 		return
 	case <-e.c.done:
 		return
 	}
+	wait.Stop()
 	safety := time.NewTimer(0) // the first read
 	defer safety.Stop()
 	for {
@@ -489,11 +553,26 @@ func (e *Election) observe(ctx context.Context, w *pubsub.Waiter, out chan<- Lea
 			if gap {
 				safety.Reset(0)
 			}
+		case <-ready: // confirmed at last: pushed from now on
+			ready = nil
+			safety.Reset(0)
 		case <-safety.C:
-			safety.Reset(e.reread(ctx, o))
+			next := e.reread(ctx, o)
+			if ready != nil {
+				next = min(next, e.pollEvery())
+			}
+			safety.Reset(next)
 		}
 	}
 }
+
+// observeSubscribeWait is how long Observe waits for its subscription to
+// be confirmed before it polls the record instead.
+const observeSubscribeWait = 5 * time.Second
+
+// pollEvery is how often an observer whose subscription is not confirmed
+// reads the record: a third of the watchdog timeout.
+func (e *Election) pollEvery() time.Duration { return e.c.cfg.watchdogTimeout / 3 }
 
 // reread reads the current leader for o, and returns when to read again:
 // when the leader's record expires (it is renewed while the leader

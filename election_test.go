@@ -225,10 +225,16 @@ func TestElectionStaleEndDropped(t *testing.T) {
 func TestElectionLossCancelsLeaderCtx(t *testing.T) {
 	for _, gone := range []string{"lock", "record"} {
 		t.Run(gone, func(t *testing.T) {
-			ctx := boundedCtx(t, 30*time.Second)
+			ctx := boundedCtx(t, 60*time.Second)
 			rdb := newRedis(t)
 			name := lockName(t)
-			const lease = time.Second
+			// The record case has a long lease, so that a lock kept after
+			// the record went (until its lease ran out) is told from a
+			// lock given back.
+			lease := time.Second
+			if gone == "record" {
+				lease = 12 * time.Second
+			}
 			octx, stop := context.WithCancel(ctx)
 			defer stop()
 			seen := newElection(t, newClient(t, nil), name).Observe(octx)
@@ -238,6 +244,7 @@ func TestElectionLossCancelsLeaderCtx(t *testing.T) {
 			if got := recv(t, seen, 10*time.Second, "a elected"); got.Value != "a1" {
 				t.Fatalf("observer saw %+v, want a1", got)
 			}
+			b := newElection(t, newClient(t, nil), name)
 			key := name
 			if gone == "record" {
 				key = layout.Prefixed(layout.ElectionPrefix, name)
@@ -245,17 +252,137 @@ func TestElectionLossCancelsLeaderCtx(t *testing.T) {
 			if err := rdb.Del(ctx, key).Err(); err != nil {
 				t.Fatal(err)
 			}
-			awaitDone(t, lead, 10*lease, "leader context after the leadership was deleted")
+			awaitDone(t, lead, lease+10*time.Second, "leader context after the leadership was deleted")
+			lost := time.Now()
 			if cause := context.Cause(lead); !errors.Is(cause, ErrLockLost) {
 				t.Errorf("cause %v, want ErrLockLost", cause)
 			}
 			// Told by a's announcement: the record of a deleted lock would
 			// outlive it by up to a lease otherwise.
-			if got := recv(t, seen, lease/2+2*time.Second, "no leader after the loss"); got.Owner != "" {
+			if got := recv(t, seen, 3*time.Second, "no leader after the loss"); got.Owner != "" {
 				t.Errorf("observer saw %+v, want no leader", got)
+			}
+			// The next candidate is elected at once: a's lock was given
+			// back (the record case), not kept until its lease ran out.
+			bctx, cancel := context.WithTimeout(ctx, lease+5*time.Second)
+			defer cancel()
+			if _, err := b.Campaign(bctx, "b1"); err != nil {
+				t.Fatalf("b's campaign after a's loss: %v", err)
+			}
+			if waited := time.Since(lost); gone == "record" && waited > lease/2 {
+				t.Errorf("b elected %v after a's loss; a kept the lock (lease %v)", waited, lease)
 			}
 		})
 	}
+}
+
+// TestElectionRecordOutlivesLock: the record's expiry is the lock's TTL
+// plus one keep interval, so that a TTL copied from a lock near its end
+// (after a stall) does not let the record expire before the next keep.
+func TestElectionRecordOutlivesLock(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	rdb := newRedis(t)
+	name := lockName(t)
+	const lease = 9 * time.Second
+	e := newElection(t, newClient(t, nil, WithWatchdogTimeout(lease)), name)
+	lead := mustCampaign(t, ctx, e, "v")
+	defer func() { _ = e.Resign(lead) }()
+	record := layout.Prefixed(layout.ElectionPrefix, name)
+	pipe := rdb.Pipeline()
+	lockTTL, recordTTL := pipe.PTTL(ctx, name), pipe.PTTL(ctx, record)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := recordTTL.Val() - lockTTL.Val(); d < lease/6 || d > lease/3+time.Second {
+		t.Errorf("record TTL %v, lock TTL %v: want the record to outlive the lock by about %v", recordTTL.Val(), lockTTL.Val(), lease/3)
+	}
+	if info, err := e.Leader(ctx); err != nil || info.Value != "v" {
+		t.Errorf("Leader: %+v, %v", info, err)
+	}
+}
+
+// TestElectionRefusesReentry: a Campaign whose ctx holds the election's
+// lock already (a leader context of another Election on the name, or a
+// Mutex's lock context of it) is refused: a re-entry would share the
+// hold, and one leadership's end would end both.
+func TestElectionRefusesReentry(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	c := newClient(t, nil)
+	name := lockName(t)
+	e1, e2 := newElection(t, c, name), newElection(t, c, name)
+	lead := mustCampaign(t, ctx, e1, "one")
+	cctx, cancel := context.WithTimeout(lead, 5*time.Second)
+	defer cancel()
+	if _, err := e2.Campaign(cctx, "two"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("second Election's Campaign with the first's leader context: %v, want ErrInvalidOption", err)
+	}
+	if err := e1.Resign(lead); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockCtx, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx2, cancel2 := context.WithTimeout(lockCtx, 5*time.Second)
+	defer cancel2()
+	if _, err := e1.Campaign(cctx2, "three"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("Campaign with a Mutex's lock context of the name: %v, want ErrInvalidOption", err)
+	}
+	if err := m.Unlock(lockCtx); err != nil {
+		t.Fatalf("the Mutex's hold was disturbed: %v", err)
+	}
+}
+
+// TestElectionCampaignCtxEndsAfterLock: a ctx that ends between taking
+// the lock and recording the leader does not fail an elected Campaign:
+// the record is written on the leadership's time.
+func TestElectionCampaignCtxEndsAfterLock(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	name := lockName(t)
+	rdb := newRedis(t)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rdb.AddHook(cancelBeforeHook{marker: "a1", cancel: cancel})
+	e := newElection(t, newClient(t, rdb), name)
+	lead, err := e.Campaign(cctx, "a1")
+	if err != nil {
+		t.Fatalf("campaign whose ctx ended after the lock was taken: %v", err)
+	}
+	if cctx.Err() == nil {
+		t.Fatal("the hook did not cancel the campaign's ctx")
+	}
+	if info, err := e.Leader(ctx); err != nil || info.Value != "a1" {
+		t.Errorf("Leader: %+v, %v", info, err)
+	}
+	if err := e.Resign(lead); err != nil {
+		t.Error(err)
+	}
+}
+
+// cancelBeforeHook cancels a context just before the first command that
+// carries marker among its arguments is sent (the elect script's value).
+type cancelBeforeHook struct {
+	marker string
+	cancel context.CancelFunc
+}
+
+func (cancelBeforeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h cancelBeforeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if slices.Contains(cmd.Args(), any(h.marker)) {
+			h.cancel()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (cancelBeforeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // TestElectionLeaderGoneIsReplaced: a leader whose Client stops without

@@ -735,7 +735,7 @@ m "election: observe delivers a stale revision" election.go \
 # The keeper that finds the leadership gone from Redis ends the leader
 # context (the record deleted: only the keeper can tell).
 m "election: leader context not cancelled on loss" election.go \
-  '				l.lose(leaderCtx)' \
+  '				l.abdicate(leaderCtx)' \
   '				_ = leaderCtx' \
   . '^TestElectionLossCancelsLeaderCtx$/^record$'
 # A leader whose Client finds the leadership lost tells the observers.
@@ -751,10 +751,39 @@ m "election: loss not announced" election.go \
   . '^TestElectionLossCancelsLeaderCtx$/^lock$'
 # Proclaim must be refused to a leadership that is not the record's.
 m "election: proclaim without the lock" internal/scripts/election_proclaim.lua \
-  "if redis.call('hexists', KEYS[1], ARGV[1]) == 0
-    or" \
-  "if" \
+  "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return -1
+end" \
+  "" \
   . '^(TestElectionCampaignProclaimResign)$'
+# A leader whose record is gone but whose lock is not gives the lock back,
+# or nobody could lead until its lease ran out.
+m "election: record gone, lock kept" election.go \
+  '	l.e.m.giveBack(request{owner: l.owner, lease: acq.hold.lease})' \
+  '' \
+  . '^TestElectionLossCancelsLeaderCtx$/^record$'
+# A Campaign whose ctx's owner holds the lock would re-enter it.
+m "election: campaign re-enters the lock" election.go \
+  'ok && e.c.holds.held(e.m.holdKey(owner)) != nil' \
+  'false && ok && e.c.holds.held(e.m.holdKey(owner)) != nil' \
+  . '^(TestElectionRefusesReentry)$'
+# The record outlives the lock's TTL by a keep interval.
+m "election: record expires with the lock" election.go \
+  'e.c.publish, e.slack().Milliseconds(),' \
+  'e.c.publish, 0,' \
+  . '^(TestElectionRecordOutlivesLock)$'
+# An elected Campaign records the leader on the leadership's time.
+m "election: elect on the caller's ctx" election.go \
+  'ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx),' \
+  'ectx, cancel := context.WithTimeout(ctx,' \
+  . '^(TestElectionCampaignCtxEndsAfterLock)$'
+# An observer whose subscription is refused polls instead of hanging.
+m "election: observe hangs on a refused subscription" election.go \
+  '	case <-wait.C:
+		// Refused' \
+  '	case <-make(chan time.Time):
+		// Refused' \
+  . '^(TestElectionObserveSubscriptionRefused)$'
 # An observer whose subscription was opened again reads the record: the
 # changes published meanwhile were lost.
 m "election: observer ignores a resubscription" election.go \

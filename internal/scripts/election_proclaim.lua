@@ -8,13 +8,16 @@
 -- ARGV[3]  publish command
 -- ARGV[4]  the new value
 --
--- Returns the record's new proclaim counter (seq), or -1 when the owner is
--- not the leader (its lock or its record is gone). Not idempotent: sent
--- once.
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0
-    or redis.call('hget', KEYS[2], 'owner') ~= ARGV[1]
-    or redis.call('hget', KEYS[2], 'token') ~= ARGV[2] then
+-- Returns the record's new proclaim counter (seq), -1 when the owner no
+-- longer holds the lock, or -2 when it holds the lock but the record is
+-- gone or not its own (the caller must give the lock back). Not
+-- idempotent: sent once.
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return -1
+end
+if redis.call('hget', KEYS[2], 'owner') ~= ARGV[1]
+    or redis.call('hget', KEYS[2], 'token') ~= ARGV[2] then
+  return -2
 end
 local seq = redis.call('hincrby', KEYS[2], 'seq', 1)
 redis.call('hset', KEYS[2], 'value', ARGV[4])
