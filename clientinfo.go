@@ -34,7 +34,7 @@ import (
 // process that died goes away about when its watchdog-renewed locks do. It
 // is refreshed also while the Client holds no lock: a Lock may wait for
 // any length of time, and the record must be there when it gets the lock;
-// that costs one command per Client every ten seconds (by default), never
+// that costs two commands per Client every ten seconds (by default), never
 // one per lock.
 //
 // The record also tells a dead fair waiter: a FairMutex waiter takes a
