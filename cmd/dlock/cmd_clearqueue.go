@@ -24,12 +24,14 @@ Deletes the waiting queue of fair lock NAME (its redisson_lock_queue and
 redisson_lock_timeout keys) and leaves the lock itself as it is: for a
 queue held up by waiters that are gone. A dlock waiter whose process died
 leaves the queue by itself within its watchdog timeout (30 s; 10 s for
-dlock run and hold); a Redisson (Java) one only at its deadline, the fair
-wait timeout (5 min by default) after the lock was freed. Each waiter
-removed is woken on its channel: live ones, dlock and Redisson alike,
-attempt again at once and join the queue anew, so their order is lost. Asks for confirmation on stdin unless
---yes is given; the question names the waiters, with the program, host
-and pid their dlock Clients recorded. To delete the lock, see dlock unlock.
+dlock run and hold), once its Client has written its holder record; a
+Redisson (Java) one, or a dlock one without a record, only at its
+deadline, the fair wait timeout (5 min by default) after the lock was
+freed. Each waiter removed is woken on its channel: live ones, dlock and
+Redisson alike, attempt again at once and join the queue anew, so their
+order is lost. Asks for confirmation on stdin unless --yes is given; the
+question names the waiters, with the program, host and pid their dlock
+Clients recorded. To delete the lock, see dlock unlock.
 
 Flags:
   --yes         do not ask
