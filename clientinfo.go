@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,16 +34,21 @@ import (
 // process that died goes away about when its watchdog-renewed locks do. It
 // is refreshed also while the Client holds no lock: a Lock may wait for
 // any length of time, and the record must be there when it gets the lock;
-// that costs one command per Client every ten seconds (by default), never
+// that costs two commands per Client every ten seconds (by default), never
 // one per lock.
 //
 // The record also tells a dead fair waiter: a FairMutex waiter takes a
-// dlock owner ahead of it whose record is gone out of the queue (fair.go),
-// instead of waiting out the fair wait timeout.
+// dlock owner ahead of it out of the queue (fair.go), instead of waiting
+// out the fair wait timeout, when that owner's record is gone although it
+// is known to have existed: each write also puts the client id in the
+// seen set (layout.ClientSeenKey). A missing record alone proves nothing:
+// a Client under an ACL without ~dlock:client:* never writes one, a first
+// write can fail, a restart without persistence or a FLUSH loses them.
 //
 // The record is never required: when it cannot be written (an ACL without
 // its key pattern, an outage) locks work as before, the failure is logged
-// once, and tools show the holder as unknown.
+// once, tools show the holder as unknown, and a fair waiter of the Client
+// that dies holds the queue up until its deadline, as a Redisson one does.
 
 // maxClientName is the longest label WithClientName accepts, in bytes.
 const maxClientName = 256
@@ -56,10 +62,23 @@ redis.call('hset', KEYS[1], unpack(ARGV, 2))
 redis.call('pexpire', KEYS[1], ARGV[1])
 return 1`)
 
+// seenWrite puts a client id in the seen set, scored now (ms, the server's
+// clock), and drops the ids not written for longer than the keep. It runs
+// after each successful recordWrite, as its own call: on a cluster the set
+// is in another slot than the record. KEYS[1] the seen set; ARGV[1] the
+// client id; ARGV[2] the keep in milliseconds.
+var seenWrite = redis.NewScript(`
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zadd', KEYS[1], now, ARGV[1])
+redis.call('zremrangebyscore', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+return 1`)
+
 // clientRecord keeps one Client's holder record in Redis.
 type clientRecord struct {
 	rdb      redis.UniversalClient
 	key      string
+	id       string // the Client's id, its member in the seen set
 	ttl      time.Duration
 	args     []any // the script's ARGV
 	logger   func(err error)
@@ -70,7 +89,7 @@ type clientRecord struct {
 	closed   bool
 	logged   atomic.Bool // a write failure was logged
 	interval time.Duration
-	wrote    chan struct{} // closed once the first write has had its answer
+	wrote    chan struct{} // closed once the first write has succeeded or failed
 }
 
 // newClientRecord prepares the record of c; nothing is sent until touch.
@@ -90,7 +109,7 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 	if c.cfg.clientName != "" {
 		args = append(args, layout.RecordName, c.cfg.clientName)
 	}
-	r := &clientRecord{rdb: c.rdb, key: layout.ClientRecordPrefix + c.id, ttl: ttl, args: args, interval: ttl / 3,
+	r := &clientRecord{rdb: c.rdb, key: layout.ClientRecordPrefix + c.id, id: c.id, ttl: ttl, args: args, interval: ttl / 3,
 		wrote: make(chan struct{})}
 	r.logger = func(err error) {
 		switch {
@@ -103,10 +122,10 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 				"key", r.key, "error", err)
 		case !r.logged.CompareAndSwap(false, true):
 		case isNoPerm(err):
-			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client (the ACL needs ~dlock:client:*); locks are not affected",
+			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client, and a fair waiter of this Client that dies holds the queue up until its fair wait timeout (the ACL needs ~dlock:client:*); locks work",
 				"key", r.key, "error", err)
 		default:
-			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client; locks are not affected",
+			c.cfg.logger.Info("dlock: holder record not written, so dlock status shows this Client's locks as held by an unknown client, and a fair waiter of this Client that dies holds the queue up until its fair wait timeout; locks work",
 				"key", r.key, "error", err)
 		}
 	}
@@ -153,18 +172,31 @@ func (r *clientRecord) loop(ctx context.Context) {
 	}
 }
 
-// write sends the record's fields and TTL, giving up at the next refresh.
+// write sends the record's fields and TTL, then, once the record is
+// there, marks the client id seen; it gives up at the next refresh. A
+// record not written is not marked: the seen set names only Clients whose
+// record existed.
 func (r *clientRecord) write(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, r.interval)
 	defer cancel()
-	if err := recordWrite.Run(ctx, r.rdb, []string{r.key}, r.args...).Err(); err != nil && ctx.Err() == nil {
-		r.logger(fmt.Errorf("writing %s: %w", r.key, err))
+	key := r.key
+	err := recordWrite.Run(ctx, r.rdb, []string{key}, r.args...).Err()
+	if err == nil {
+		key = layout.ClientSeenKey
+		err = seenWrite.Run(ctx, r.rdb, []string{key}, r.id, millis(layout.ClientSeenKeep)).Err()
+	}
+	if err != nil && ctx.Err() == nil {
+		r.logger(fmt.Errorf("writing %s: %w", key, err))
 	}
 }
 
-// await returns once the record's first write has had its answer, or ctx
-// has ended, or done (the Client's) is closed; at once when the record is
-// not kept (touch was never called).
+// await returns once the record's first write has succeeded (the record
+// and the seen mark are there) or failed, or ctx has ended, or done (the
+// Client's) is closed; at once when the record is not kept (touch was
+// never called). A fair waiter awaits it before it joins the queue, so
+// that it can be told dead should its process die while queued; after a
+// failed write it is never told dead (it is not in the seen set), which
+// is safe: it then holds the queue up until its deadline if it dies.
 func (r *clientRecord) await(ctx context.Context, done <-chan struct{}) {
 	if !r.started.Load() {
 		return
@@ -177,22 +209,37 @@ func (r *clientRecord) await(ctx context.Context, done <-chan struct{}) {
 }
 
 // goneOwner reports whether owner is a dlock owner whose Client's holder
-// record is gone: the Client died (its record expired, at most the
-// watchdog timeout after its last refresh) or closed. It is false for a
-// Redisson owner (no dlock client id, so no record by design), and when
-// the record cannot be read (an ACL without ~dlock:client:*, an outage):
-// a waiter is taken for dead only on Redis's word.
+// record is gone although it is known to have existed (its id is in the
+// seen set): the Client died, and its record expired, at most the
+// watchdog timeout after its last refresh. It is false for a Redisson
+// owner (no dlock client id, so no record by design), for a Client never
+// seen (an ACL without ~dlock:client:*, a first write that failed, data
+// lost to a restart or a FLUSH: such a waiter keeps Redisson's deadline
+// rule), and when Redis cannot be asked: a waiter is taken for dead only
+// on Redis's word. Both facts are read on the master, by scripts (a
+// replica may lag); the record first, as a live owner's is there.
 func (c *Client) goneOwner(ctx context.Context, owner string) bool {
 	id, ok := layout.OwnerClientID(owner)
 	if !ok || id == c.id {
 		return false
 	}
-	n, err := c.rdb.Exists(ctx, layout.ClientRecordPrefix+id).Result()
-	return err == nil && n == 0
+	exists, err := c.runInt(ctx, scripts.ClientExists, layout.ClientRecordPrefix+id)
+	if err != nil || exists != 0 {
+		return false
+	}
+	seen, err := c.runInt(ctx, scripts.ClientSeen, layout.ClientSeenKey, id)
+	return err == nil && seen == 1
 }
 
-// close stops the refresh and deletes the record, if it was ever written,
-// with a context of at most a second (go-redis honours it with
+// runInt runs a one-key read script through the transport (on the
+// master) and returns its integer reply.
+func (c *Client) runInt(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
+	cmd, _ := c.tr.Run(ctx, nil, s, []string{key}, args...)
+	return cmd.Int64()
+}
+
+// close stops the refresh and deletes the record and its seen mark, if it
+// was ever written, with a context of at most a second (go-redis honours it with
 // ContextTimeoutEnabled; otherwise its read timeout bounds the wait). A
 // record whose delete fails expires with its TTL.
 func (r *clientRecord) close() {
@@ -208,5 +255,6 @@ func (r *clientRecord) close() {
 	<-done
 	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, r.ttl))
 	defer cancel()
+	_ = r.rdb.ZRem(ctx, layout.ClientSeenKey, r.id).Err()
 	_ = r.rdb.Del(ctx, r.key).Err()
 }

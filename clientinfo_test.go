@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -181,8 +182,9 @@ func TestClientRecordDeletedAtClose(t *testing.T) {
 	}
 }
 
-// TestClientRecordNoKeysPerLock: a Client holding many locks adds one key
-// to Redis besides the locks themselves, and the lock hashes hold only the
+// TestClientRecordNoKeysPerLock: a Client holding many locks adds its
+// record to Redis besides the locks themselves (and the seen set, one per
+// database, shared by every Client), and the lock hashes hold only the
 // owner fields Redisson expects.
 func TestClientRecordNoKeysPerLock(t *testing.T) {
 	ctx := context.Background()
@@ -207,11 +209,11 @@ func TestClientRecordNoKeysPerLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append(slices.Clone(names), clientRecordPrefix+c.ID())
+	want := append(slices.Clone(names), clientRecordPrefix+c.ID(), layout.ClientSeenKey)
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
-		t.Fatalf("keys in Redis:\n%v\nwant the %d locks and the one record:\n%v", keys, n, want)
+		t.Fatalf("keys in Redis:\n%v\nwant the %d locks, the one record and the seen set:\n%v", keys, n, want)
 	}
 	for _, name := range names {
 		h := rdb.HGetAll(ctx, name).Val()

@@ -17,15 +17,20 @@ import (
 // the queue. A Go FairMutex and a Java RFairLock on the same name share one
 // queue.
 //
-// Lock joins the queue; TryLock never does, and fails while anyone is
-// queued. A waiter whose ctx ends leaves the queue at once, and the
-// waiters behind it move up without their deadlines drifting. A dlock
+// Lock joins the queue; TryLock never does, and fails while a live
+// waiter is queued (it takes dead dlock waiters out first, see below, and
+// can then succeed). A waiter whose ctx ends leaves the queue at once, and
+// the waiters behind it move up without their deadlines drifting. A dlock
 // waiter whose process died leaves once its Client's holder record is
 // gone (at most the watchdog timeout after it died): the next attempt of
-// a waiter behind it, or a TryLock, takes it out. A Redisson waiter, which
-// writes no record, is skipped once its deadline has passed: at most the
-// fair wait timeout (WithFairWaitTimeout, default 5 min) after the lock was
-// freed. A live waiter keeps its place however long the holder holds the
+// a waiter behind it, or a TryLock, takes it out, and wakes it on its
+// channel in case it lives after all (it then joins again at the tail).
+// This needs the record to have been written once (the Client is in the
+// seen set, see clientinfo.go): a Client under an ACL without
+// ~dlock:client:*, or whose records were lost, is treated like a Redisson
+// waiter, which writes no record and is skipped once its deadline has
+// passed: at most the fair wait timeout (WithFairWaitTimeout, default
+// 5 min) after the lock was freed. A live waiter keeps its place however long the holder holds the
 // lock, because each attempt pushes its deadline forward; a waiting Lock
 // attempts at least every half fair wait timeout. While the lock is held,
 // an attempt also keeps the deadlines of the waiters ahead, Java ones
@@ -114,19 +119,20 @@ func (k *fairKind) channel(owner string) string { return k.channelPrefix + ":" +
 // attempt tries once to take the lock, and takes dead dlock waiters out
 // of its way: when the script names the head waiter standing between the
 // caller and the lock (see fair_acquire.lua), and that head is a dlock
-// owner whose Client's holder record is gone (its process died, or closed
-// without leaving), it leaves the queue for the dead one (fair_leave.lua)
-// and the attempt runs again at once. Redis Cluster keeps the record in
-// another slot than the lock, so the record is read here, not in the
-// script. A Redisson (Java) waiter writes no record and keeps Redisson's
-// rule: it is skipped once its deadline has passed.
+// owner whose Client's holder record is gone although it was written
+// (Client.goneOwner: its process died), it leaves the queue for the dead
+// one (fair_leave.lua, which also wakes it, should it be alive) and the
+// attempt runs again at once. Redis Cluster keeps the record in another
+// slot than the lock, so the record is read here, not in the script. A
+// Redisson (Java) waiter writes no record and keeps Redisson's rule: it
+// is skipped once its deadline has passed.
 //
-// A waiting attempt first waits for this Client's own record to be
-// written (once per Client), so that no one takes this waiter for dead
-// before its record is there. With WithReplicaSync, every run shares
-// r.check, which keeps the first shortfall: an attempt that joined the
-// queue unreplicated and then got the lock past a dead waiter reports
-// it, as the engine then gives the lock back (the safe side).
+// A waiting attempt first waits for this Client's own record's first
+// write (once per Client), so that a waiter of this Client that dies
+// while queued can be told dead. With WithReplicaSync, each run starts
+// r.check afresh, so that it holds the outcome of the last run: the one
+// that took the lock, if any (a queue join that missed its WAIT does not
+// make the engine give back a lock whose own write was acknowledged).
 func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	if r.wait {
 		k.c.record.await(ctx, k.c.done)
@@ -136,7 +142,7 @@ func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error
 		if err != nil || res.acquired || head == "" || !k.c.goneOwner(ctx, head) {
 			return res, err
 		}
-		if err := k.leave(ctx, request{owner: head}); err != nil {
+		if err := k.prune(ctx, head); err != nil {
 			return res, nil // the next attempt looks again
 		}
 		k.c.cfg.logger.Debug("dlock: a dead waiter left the fair queue: its holder record is gone",
@@ -153,6 +159,7 @@ const fairPruneRounds = 4
 // try runs the acquire script once. head is the waiter the script names
 // for a check, "" for none.
 func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head string, err error) {
+	r.check.Reset()
 	cmd, _ := k.c.tr.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
 		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
 		millis(fairHeadCheck), millis(fairFreeCheck))
@@ -184,6 +191,15 @@ func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error
 func (k *fairKind) leave(ctx context.Context, r request) error {
 	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
 	return k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Err()
+}
+
+// prune takes a waiter found dead out of the queue, and wakes it on its
+// channel: should it be alive after all (its record lost to an eviction,
+// say), it attempts again at once and joins at the tail, instead of
+// sleeping out its timer on a lock it is no longer queued for.
+func (k *fairKind) prune(ctx context.Context, owner string) error {
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
+	return k.c.eval(ctx, scripts.FairLeave, keys, owner, k.wait, unlockMessage, k.c.publish, "1").Err()
 }
 
 func (k *fairKind) forceRelease(ctx context.Context) (bool, error) {

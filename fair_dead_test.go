@@ -7,6 +7,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -96,8 +97,8 @@ func deadDlockWaiterLeaves(t *testing.T, open func() redis.UniversalClient) {
 }
 
 // TestFairTryLockPastDeadWaiter: a free fair lock whose only waiter is a
-// dead dlock waiter (its Client closed without leaving) is taken by TryLock
-// at once, and the dead waiter is gone from the queue.
+// dead dlock waiter (its process died: its record, once written, expired)
+// is taken by TryLock at once, and the dead waiter is gone from the queue.
 func TestFairTryLockPastDeadWaiter(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
@@ -108,7 +109,8 @@ func TestFairTryLockPastDeadWaiter(t *testing.T) {
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
-	if err := dead.Close(); err != nil {
+	stopRecord(dead)
+	if err := dead.rdb.Del(ctx, layout.ClientRecordPrefix+dead.ID()).Err(); err != nil { // as it expires
 		t.Fatal(err)
 	}
 	other := mustFair(t, newClient(t, nil), name)
@@ -193,6 +195,102 @@ func TestFairJoinsAfterRecord(t *testing.T) {
 		t.Errorf("queue %v, want %s", q, owner)
 	}
 	if err := m.kind.(*fairKind).leave(ctx, request{owner: owner}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairNeverSeenWaiterKept: a waiter whose Client never wrote its
+// holder record (its ACL lacks ~dlock:client:*, the documented minimal
+// one) is not taken for dead by a full-permission waiter behind it, which
+// checks it as the head while the lock is held: it keeps its place and
+// gets the lock first once the holder unlocks.
+func TestFairNeverSeenWaiterKept(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	admin := newRedis(t)
+	user := "dlock-acl-fair-never-seen"
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user, "reset"}, minimalACL...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	restricted := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer restricted.Close()
+
+	name := "app:" + lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+	rc := newClient(t, restricted)
+	rm := mustFair(t, rc, name)
+	owner, got := fairWaiter(t, ctx, rm, 1)
+	if n := admin.Exists(ctx, layout.ClientRecordPrefix+rc.ID()).Val(); n != 0 {
+		t.Fatalf("the restricted Client wrote its record")
+	}
+
+	full := newClient(t, nil)
+	if full.goneOwner(ctx, owner) {
+		t.Errorf("%s, whose Client never wrote a record, taken for dead", owner)
+	}
+	behind := full.newOwner()
+	fm := mustFair(t, full, name)
+	if _, err := fm.kind.(*fairKind).attempt(ctx, request{owner: behind, lease: time.Second, wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = fm.kind.(*fairKind).leave(context.Background(), request{owner: behind}) }()
+	if q := fairQueue(t, admin, name); len(q) != 2 || q[0] != owner || q[1] != behind {
+		t.Fatalf("queue %v, want [%s %s]: the never-seen waiter was pruned", q, owner, behind)
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, got, 10*time.Second, "the restricted waiter's Lock after the unlock")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := rm.Unlock(r.lctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairPrunedWaiterWoken: a live waiter taken out of the queue for
+// dead (its record lost, as to an eviction, while its id is in the seen
+// set) is woken on its channel, attempts again at once and joins at the
+// tail, instead of sleeping out the held lock's lease (about 30 s).
+func TestFairPrunedWaiterWoken(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+	live := newClient(t, nil)
+	lm := mustFair(t, live, name)
+	owner, got := fairWaiter(t, ctx, lm, 1)
+	stopRecord(live) // no refresh brings the record back during the test
+	if err := live.rdb.Del(ctx, layout.ClientRecordPrefix+live.ID()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	other := newClient(t, nil)
+	behind := other.newOwner()
+	om := mustFair(t, other, name)
+	if _, err := om.kind.(*fairKind).attempt(ctx, request{owner: behind, lease: time.Second, wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = om.kind.(*fairKind).leave(context.Background(), request{owner: behind}) }()
+	eventually(t, 5*time.Second, func() error {
+		if q := fairQueue(t, other.rdb, name); len(q) != 2 || q[0] != behind || q[1] != owner {
+			return fmt.Errorf("queue %v, want [%s %s]: the pruned waiter has not joined again", q, behind, owner)
+		}
+		return nil
+	})
+	if err := om.kind.(*fairKind).leave(ctx, request{owner: behind}); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, got, 10*time.Second, "the pruned waiter's Lock after the unlock")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := lm.Unlock(r.lctx); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -70,8 +71,9 @@ func TestNoKeysLeftBehind(t *testing.T) {
 				var left []string
 				for _, key := range keys {
 					// The fencing counter stays by design, and each open
-					// Client's holder record (clientinfo.go) until Close.
-					if key != prefixName(tokenPrefix, name) &&
+					// Client's holder record (clientinfo.go) until Close,
+					// with the seen set of the Clients that wrote one.
+					if key != prefixName(tokenPrefix, name) && key != layout.ClientSeenKey &&
 						key != clientRecordPrefix+clients[0].ID() && key != clientRecordPrefix+clients[1].ID() {
 						left = append(left, key)
 					}

@@ -517,8 +517,8 @@ m "fair: acquire keeps a dead head" internal/scripts/fair_acquire.lua \
 # A dlock waiter whose holder record is gone (its process died) leaves
 # the queue at the next attempt of another waiter, not at its deadline.
 m "fair: a dead dlock waiter kept until its deadline" clientinfo.go \
-  'return err == nil && n == 0' \
-  'return err == nil && n < 0' \
+  'return err == nil && seen == 1' \
+  'return err == nil && seen == 2' \
   . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
 # The acquire script names the head of a free lock's queue for the check.
 m "fair: the head of a free lock not named for a check" internal/scripts/fair_acquire.lua \
@@ -537,9 +537,31 @@ m "fair: a Java waiter pruned as a dead dlock one" clientinfo.go \
   . '^(TestFairDeadWaiterSkipped|TestFairLiveWaiterNotTakenForDead)$'
 # A live dlock waiter, whose record is there, is never pruned.
 m "fair: a live dlock waiter pruned" clientinfo.go \
-  'return err == nil && n == 0' \
-  'return err == nil && n >= 0' \
+  'if err != nil || exists != 0 {' \
+  'if err != nil || exists < 0 {' \
   . '^(TestFairGrantOrder|TestFairLiveWaiterNotTakenForDead)$'
+# A waiter whose Client never wrote its record (an ACL without
+# ~dlock:client:*) is not taken for dead: it was never seen.
+m "fair: a never-seen dlock waiter pruned" clientinfo.go \
+  'return err == nil && seen == 1' \
+  'return err == nil && seen >= 0' \
+  . '^(TestFairNeverSeenWaiterKept)$'
+# Each record write marks the Client seen; without it no dead dlock
+# waiter is ever pruned.
+m "fair: the seen set not written" clientinfo.go \
+  'err = seenWrite.Run(ctx, r.rdb, []string{key}, r.id, millis(layout.ClientSeenKeep)).Err()' \
+  'err = nil' \
+  . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
+# A waiter pruned for dead is woken, so a live one joins again at once.
+m "fair: a pruned waiter not woken" fair.go \
+  'unlockMessage, k.c.publish, "1").Err()' \
+  'unlockMessage, k.c.publish).Err()' \
+  . '^(TestFairPrunedWaiterWoken)$'
+# clear-queue wakes each waiter it removed.
+m "cli: clear-queue does not wake the waiters" internal/scripts/fair_clear.lua \
+  "  redis.call('publish', channel, ARGV[2])" \
+  "  local _ = channel" \
+  ./cmd/dlock '^(TestClearQueueWakesWaiters)$'
 # TryLock never joins the queue.
 m "fair: TryLock joins the queue" internal/scripts/fair_acquire.lua \
   "if ARGV[4] ~= '1' then" \

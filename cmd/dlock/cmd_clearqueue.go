@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
 )
 
 var clearQueueUsage = `Usage: dlock clear-queue [--yes] [flags] NAME
@@ -22,12 +24,14 @@ Deletes the waiting queue of fair lock NAME (its redisson_lock_queue and
 redisson_lock_timeout keys) and leaves the lock itself as it is: for a
 queue held up by waiters that are gone. A dlock waiter whose process died
 leaves the queue by itself within its watchdog timeout (30 s; 10 s for
-dlock run and hold); a Redisson (Java) one only at its deadline, the fair
-wait timeout (5 min by default) after the lock was freed. Live waiters,
-dlock and Redisson alike, join the queue again at their next attempt, at
-its tail, so their order is lost. Asks for confirmation on stdin unless
---yes is given; the question names the waiters, with the program, host
-and pid their dlock Clients recorded. To delete the lock, see dlock unlock.
+dlock run and hold), once its Client has written its holder record; a
+Redisson (Java) one, or a dlock one without a record, only at its
+deadline, the fair wait timeout (5 min by default) after the lock was
+freed. Each waiter removed is woken on its channel: live ones, dlock and
+Redisson alike, attempt again at once and join the queue anew, so their
+order is lost. Asks for confirmation on stdin unless --yes is given; the
+question names the waiters, with the program, host and pid their dlock
+Clients recorded. To delete the lock, see dlock unlock.
 
 Flags:
   --yes         do not ask
@@ -93,13 +97,29 @@ func (c *cli) clearQueueCmd(ctx context.Context, args []string) error {
 		return exitf(exitFailure, "clear-queue: not confirmed; the queue of %q left as it is", name)
 	}
 	for _, rdb := range s.rdbs {
-		// Both keys are in the lock's slot: one DEL, on a cluster too.
-		if err := rdb.Del(ctx, queue, deadlines).Err(); err != nil {
+		// Both keys and the waiters' channels are in the lock's slot:
+		// one script, on a cluster too.
+		if err := clearQueue(ctx, rdb, name); err != nil {
 			return redisError(fmt.Sprintf("clear-queue %q", name), err)
 		}
 	}
 	fmt.Fprintf(c.stdout, "cleared the queue of %q (%s)\n", name, plural(int64(waiting), "waiter"))
 	return nil
+}
+
+// clearQueue deletes the queue of fair lock name on one server and wakes
+// each waiter it held on its own channel (fair_clear.lua), so that a live
+// one does not sleep out its timer: it attempts again and joins anew. On
+// a cluster the wake goes out both as PUBLISH (Redisson's waiters) and as
+// SPUBLISH (dlock's, which use sharded pub/sub there by default).
+func clearQueue(ctx context.Context, rdb redis.UniversalClient, name string) error {
+	_, cluster := rdb.(*redis.ClusterClient)
+	sharded := "0"
+	if cluster {
+		sharded = "1"
+	}
+	keys := []string{layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)}
+	return scripts.FairClear.Run(ctx, rdb, keys, layout.Prefixed(layout.LockChannelPrefix, name), "0", sharded).Err()
 }
 
 // queueQuestion is the clear-queue prompt: the waiters, a line each, with

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -227,5 +228,74 @@ func TestFairKilledWaiterLeaves(t *testing.T) {
 	keys := []string{layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)}
 	if n := rdb.Exists(t.Context(), keys...).Val(); n != 0 {
 		t.Errorf("%d of %v left", n, keys)
+	}
+}
+
+// TestClearQueueWakesWaiters: clear-queue wakes the live waiter it took
+// out of the queue, which attempts again at once and joins anew, instead
+// of sleeping out its timer (the held lock's lease, about 30 s here); once
+// the lock is freed it gets it.
+func TestClearQueueWakesWaiters(t *testing.T) {
+	name := lockName(t)
+	rdb := newRedis(t)
+	queue := layout.Prefixed(layout.QueuePrefix, name)
+	holderClient, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holderClient.Close()
+	holder, err := holderClient.NewFairMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := mustLock(t, holder, t.Context())
+
+	waiterClient, err := dlock.New(newRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiterClient.Close()
+	waiter, err := waiterClient.NewFairMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		lctx, err := waiter.Lock(ctx)
+		if err == nil {
+			err = waiter.Unlock(lctx)
+		}
+		got <- err
+	}()
+	var first string
+	eventually(t, 10*time.Second, func() error {
+		q := rdb.LRange(t.Context(), queue, 0, -1).Val()
+		if len(q) != 1 {
+			return fmt.Errorf("queue %v, want the waiter", q)
+		}
+		first = q[0]
+		return nil
+	})
+	if r := cliRun(t, "clear-queue", "--yes", name); r.code != 0 {
+		t.Fatalf("clear-queue --yes: exit %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	eventually(t, 5*time.Second, func() error {
+		if q := rdb.LRange(t.Context(), queue, 0, -1).Val(); len(q) != 1 || q[0] != first {
+			return fmt.Errorf("queue %v: the waiter %s, woken by clear-queue, has not joined again", q, first)
+		}
+		return nil
+	})
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not get the lock within 10s of its release")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxNameLen bounds lock names in bytes; Redis would take 512 MB.
@@ -45,10 +46,21 @@ const (
 // first lock attempt and deleted at Close. Lock keys do not point to it;
 // an owner's client id (the part before the last colon) names it. To write
 // its record a Client needs the key pattern ~dlock:client:* (with EVALSHA,
-// EVAL, HSET, PEXPIRE, DEL), and EXISTS to tell dead fair waiters (see
-// OwnerClientID); a tool that reads records needs HGETALL on it.
+// EVAL, HSET, PEXPIRE, DEL, ZADD, ZREMRANGEBYSCORE, ZREM), and EXISTS and
+// ZSCORE to tell dead fair waiters (see OwnerClientID); a tool that reads
+// records needs HGETALL on it.
+//
+// ClientSeenKey is the zset of the client ids whose record was written,
+// scored by the time of the last write (ms, the server's clock): a fair
+// waiter is taken for dead only when its record is gone and it is there,
+// so a Client that never wrote its record (an ACL without the pattern, a
+// write that failed, data lost) is never taken for dead. Entries older
+// than ClientSeenKeep go at the next refresh of any record; a Client that
+// closes removes its own.
 const (
 	ClientRecordPrefix = "dlock:client:"
+	ClientSeenKey      = "dlock:client:seen"
+	ClientSeenKeep     = 24 * time.Hour
 	RecordHost         = "host"    // os.Hostname
 	RecordPID          = "pid"     // os.Getpid, decimal
 	RecordProgram      = "program" // the base name of os.Args[0]

@@ -13,6 +13,8 @@ var (
 	fairLeave string
 	//go:embed fair_force_release.lua
 	fairForceRelease string
+	//go:embed fair_clear.lua
+	fairClear string
 )
 
 // Fair lock (Redisson FairLock) scripts. Each one starts with the queue
@@ -23,3 +25,7 @@ var (
 	FairLeave        = newScript(fairQueue + fairLeave)
 	FairForceRelease = newScript(fairQueue + fairForceRelease)
 )
+
+// FairClear deletes a fair lock's queue and wakes its waiters (dlock
+// clear-queue).
+var FairClear = newScript(fairClear)

@@ -12,6 +12,10 @@
 -- ARGV[2]  fair wait timeout in milliseconds
 -- ARGV[3]  message to wake a waiter with ("0")
 -- ARGV[4]  publish command: "publish" or "spublish"
+-- ARGV[5]  "1" to wake the owner itself on its channel: another waiter
+--          takes it out for dead, and should it be alive after all, it
+--          attempts again at once (joining at the tail) instead of
+--          sleeping out its timer; absent when the owner leaves itself
 --
 -- Returns 1 when the owner was in the queue, 0 when not.
 local wait = tonumber(ARGV[2])
@@ -28,6 +32,9 @@ if not at then
   return 0
 end
 redis.call('lrem', KEYS[2], 0, ARGV[1])
+if ARGV[5] == '1' then
+  redis.call(ARGV[4], KEYS[4] .. ':' .. ARGV[1], ARGV[3])
+end
 for i = at + 1, #queue do
   redis.call('zincrby', KEYS[3], -wait, queue[i])
 end

@@ -56,6 +56,17 @@ func (chk *Check) fail(err error) {
 	}
 }
 
+// Reset forgets the shortfall recorded, so that the check receives the
+// outcome of the next write alone (a nil check is left as it is).
+func (chk *Check) Reset() {
+	if chk == nil {
+		return
+	}
+	chk.mu.Lock()
+	defer chk.mu.Unlock()
+	chk.err = nil
+}
+
 // Failed returns the first shortfall recorded, or nil (also for a nil
 // check: replica sync is off).
 func (chk *Check) Failed() error {
