@@ -598,6 +598,12 @@ m "status: a gone dlock waiter shown as unknown" cmd/dlock/holders.go \
   'w.Gone = dlockOwner && w.Client == nil && w.clientErr == ""' \
   'w.Gone = false && dlockOwner && w.Client == nil && w.clientErr == ""' \
   ./cmd/dlock '^(TestStatusNamesWaiters|TestClearQueue)$'
+# A dlock waiter whose record was never written (no ACL for records) is
+# unknown, not gone: the library does not drop it either.
+m "status: a never-seen dlock waiter shown as gone" cmd/dlock/holders.go \
+  'w.clientErr == "" && seen(ctx, rdbs, id)' \
+  'w.clientErr == ""' \
+  ./cmd/dlock '^(TestStatusNamesWaiters)$'
 # dlock list and top show a free fair lock that has a queue.
 m "list: a lock with only a queue not listed" cmd/dlock/cmd_list.go \
   'if st.Locked || len(st.Queue) > 0 {' \

@@ -90,9 +90,23 @@ func addClients(ctx context.Context, rdbs []redis.UniversalClient, locks []lockS
 			id := clientID(w.Owner)
 			w.Client, w.clientErr = found[id], refused[id]
 			_, dlockOwner := layout.OwnerClientID(w.Owner)
-			w.Gone = dlockOwner && w.Client == nil && w.clientErr == ""
+			w.Gone = dlockOwner && w.Client == nil && w.clientErr == "" && seen(ctx, rdbs, id)
 		}
 	}
+}
+
+// seen reports whether the Client id is in the seen set of a server in
+// rdbs: its record was written once, so a missing record means that it
+// died or closed. A dlock Client never seen (one whose ACL forbids the
+// record) is not gone: its waiters keep Redisson's deadline, and the
+// library does not drop them either.
+func seen(ctx context.Context, rdbs []redis.UniversalClient, id string) bool {
+	for _, rdb := range rdbs {
+		if err := rdb.ZScore(ctx, layout.ClientSeenKey, id).Err(); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // owners is everyone whose record addClients reads: the holders and the

@@ -16,12 +16,27 @@ import (
 )
 
 // Owners written into fair queues by hand: a Redisson (Java) waiter, whose
-// UUID is of version 4 and which writes no holder record, and a dlock
-// waiter (version 8) whose record is gone.
+// UUID is of version 4 and which writes no holder record, a dlock waiter
+// (version 8) whose record was written once (its id is in the seen set)
+// and is gone, and a dlock waiter whose record was never written (an ACL
+// without the records' pattern): unknown, not gone.
 const (
-	javaWaiter = "11111111-2222-4333-8444-555555555555:7"
-	goneDlock  = "22222222-3333-8444-9555-666666666666:3"
+	javaWaiter  = "11111111-2222-4333-8444-555555555555:7"
+	goneDlock   = "22222222-3333-8444-9555-666666666666:3"
+	unseenDlock = "33333333-4444-8555-9666-777777777777:2"
 )
+
+// markSeen puts the Client of owner in the seen set, as its first record
+// write did, until the test ends.
+func markSeen(t *testing.T, rdb *redis.Client, owner string) {
+	t.Helper()
+	id := clientID(owner)
+	score := float64(time.Now().Add(-time.Minute).UnixMilli())
+	if err := rdb.ZAdd(t.Context(), layout.ClientSeenKey, redis.Z{Score: score, Member: id}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.ZRem(context.Background(), layout.ClientSeenKey, id) })
+}
 
 // queueByHand appends owners to the fair queue of name, each with a
 // deadline an hour away, as a waiter that then died leaves them.
@@ -64,12 +79,13 @@ func TestStatusNamesWaiters(t *testing.T) {
 		}
 		return nil
 	})
-	queueByHand(t, rdb, name, javaWaiter, goneDlock)
+	markSeen(t, rdb, goneDlock)
+	queueByHand(t, rdb, name, javaWaiter, goneDlock, unseenDlock)
 
 	r := cliRun(t, "status", "--json", name)
 	var st lockState
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 || len(st.Queue) != 3 {
-		t.Fatalf("status --json: exit %d, %v, want 3 waiters in:\n%s", r.code, err, r.stdout)
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 || len(st.Queue) != 4 {
+		t.Fatalf("status --json: exit %d, %v, want 4 waiters in:\n%s", r.code, err, r.stdout)
 	}
 	if ci := st.Queue[0].Client; ci == nil || ci.PID != os.Getpid() || st.Queue[0].Gone {
 		t.Errorf("status --json: the live waiter: client %+v, gone %v; want pid %d", ci, st.Queue[0].Gone, os.Getpid())
@@ -80,20 +96,24 @@ func TestStatusNamesWaiters(t *testing.T) {
 	if st.Queue[2].Client != nil || !st.Queue[2].Gone {
 		t.Errorf("status --json: the dead dlock waiter: client %+v, gone %v; want gone", st.Queue[2].Client, st.Queue[2].Gone)
 	}
+	if st.Queue[3].Client != nil || st.Queue[3].Gone {
+		t.Errorf("status --json: the never-seen dlock waiter: client %+v, gone %v; want neither", st.Queue[3].Client, st.Queue[3].Gone)
+	}
 
 	r = cliRun(t, "status", name)
 	for _, want := range []string{
 		`(?m)^1  ` + regexp.QuoteMeta(st.Queue[0].Owner) + `  in \S+ +\S+.* on \S+, pid ` + fmt.Sprint(os.Getpid()) + `, started `,
 		`(?m)^2  ` + regexp.QuoteMeta(javaWaiter) + `  in \S+ +` + regexp.QuoteMeta(unknownHolder) + `$`,
 		`(?m)^3  ` + regexp.QuoteMeta(goneDlock) + `  in \S+ +` + regexp.QuoteMeta(goneWaiter) + `$`,
+		`(?m)^4  ` + regexp.QuoteMeta(unseenDlock) + `  in \S+ +` + regexp.QuoteMeta(unknownHolder) + `$`,
 	} {
 		if !regexp.MustCompile(want).MatchString(r.stdout) {
 			t.Errorf("status: no line matches %s in:\n%s", want, r.stdout)
 		}
 	}
 	r = cliRun(t, "list", name)
-	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +fair +1, 3 waiting `).MatchString(r.stdout) {
-		t.Errorf("list: want fair, 1 holder, 3 waiting:\n%s", r.stdout)
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` +fair +1, 4 waiting `).MatchString(r.stdout) {
+		t.Errorf("list: want fair, 1 holder, 4 waiting:\n%s", r.stdout)
 	}
 }
 
@@ -104,6 +124,7 @@ func TestStatusNamesWaiters(t *testing.T) {
 func TestClearQueue(t *testing.T) {
 	name := lockName(t)
 	rdb := newRedis(t)
+	markSeen(t, rdb, goneDlock)
 	queueByHand(t, rdb, name, javaWaiter, goneDlock)
 	keys := []string{layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)}
 
