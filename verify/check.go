@@ -11,38 +11,20 @@ package verify
 // grants that porcupine's yes/no verdict does not.
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/dlock-go/dlock/internal/history"
 )
 
 // ReadHistory loads the events in the given files.
 func ReadHistory(paths ...string) ([]Event, error) {
-	var evs []Event
-	for _, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var e Event
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("dlock/verify: %s: %w", p, err)
-			}
-			evs = append(evs, e)
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			return nil, err
-		}
+	evs, err := history.ReadLines[Event](paths...)
+	if err != nil {
+		return nil, fmt.Errorf("dlock/verify: %w", err)
 	}
 	return evs, nil
 }

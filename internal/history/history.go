@@ -85,8 +85,12 @@ func (r *Recorder) Close() error {
 }
 
 // Read loads the holds recorded in the given files.
-func Read(paths ...string) ([]Hold, error) {
-	var holds []Hold
+func Read(paths ...string) ([]Hold, error) { return ReadLines[Hold](paths...) }
+
+// ReadLines loads the values of the given files, one JSON value a line,
+// in order: the format of the holds here and of verify/'s events.
+func ReadLines[T any](paths ...string) ([]T, error) {
+	var vs []T
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
@@ -94,19 +98,19 @@ func Read(paths ...string) ([]Hold, error) {
 		}
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			var h Hold
-			if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
+			var v T
+			if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
 				f.Close()
 				return nil, fmt.Errorf("%s: %w", p, err)
 			}
-			holds = append(holds, h)
+			vs = append(vs, v)
 		}
 		f.Close()
 		if err := sc.Err(); err != nil {
 			return nil, err
 		}
 	}
-	return holds, nil
+	return vs, nil
 }
 
 // Violation is one breach of mutual exclusion or of fencing order.
