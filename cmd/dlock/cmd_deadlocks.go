@@ -59,14 +59,11 @@ func (c *cli) deadlocksCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := openSession(c.log(), a.eps)
+	s, err := openReached(ctx, c.log(), a.eps)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.ping(ctx); err != nil {
-		return err
-	}
 	found, err := s.clients[0].Deadlocks(ctx)
 	if err != nil {
 		return redisError("deadlocks", err)

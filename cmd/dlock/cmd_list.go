@@ -71,14 +71,11 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	pattern := a.pattern
-	s, err := openSession(c.log(), a.eps)
+	s, err := openReached(ctx, c.log(), a.eps)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.ping(ctx); err != nil {
-		return err
-	}
 	all := make([][]lockState, len(s.rdbs))
 	for i, rdb := range s.rdbs {
 		if all[i], err = listLocksAndSemaphores(ctx, rdb, pattern); err != nil {

@@ -103,14 +103,11 @@ func (c *cli) topCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := openSession(c.log(), a.eps)
+	s, err := openReached(ctx, c.log(), a.eps)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	if err := s.ping(ctx); err != nil {
-		return err
-	}
 	if a.once {
 		view, err := topView(ctx, s, a.pattern)
 		if err != nil {

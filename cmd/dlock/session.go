@@ -38,6 +38,21 @@ func openSession(log *cliLog, eps []endpoint, opts ...dlock.Option) (*session, e
 	return s, nil
 }
 
+// openReached is openSession followed by ping, for commands with no
+// usage checks that need the Clients: the session, or the first error
+// (and nothing left open).
+func openReached(ctx context.Context, log *cliLog, eps []endpoint) (*session, error) {
+	s, err := openSession(log, eps)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ping(ctx); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
 // validName checks a lock name the way the library does.
 func (s *session) validName(cmd, name string) error {
 	if _, err := s.clients[0].NewMutex(name); err != nil {
