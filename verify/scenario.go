@@ -105,6 +105,7 @@ type Result struct {
 	LostUpdates    int // increments minus the counter's final value
 	StaleAttempted int // register writes with a stale token
 	StaleAccepted  int // ... that the register accepted
+	EqualTokens    int // stale writes with the last token, from another holder
 	MaxUnavailable time.Duration
 	Faults         int
 	Notes          []string
@@ -253,6 +254,7 @@ func check(ctx context.Context, res Result, topo *Topology, clients []*client) (
 	}
 	res.StaleAttempted, _ = strconv.Atoi(reg["stale_attempted"])
 	res.StaleAccepted, _ = strconv.Atoi(reg["stale_accepted"])
+	res.EqualTokens, _ = strconv.Atoi(reg["equal_attempted"])
 	return res, nil
 }
 

@@ -210,15 +210,15 @@ func (s *workerState) loop(client int) {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		tok, _ := dlock.Token(hctx)
-		s.record(Event{Client: client, Op: "acquire", Mode: mode, Kind: "ok", Mono: Mono(), Token: tok})
+		fence := dlock.FenceOf(hctx)
+		s.record(Event{Client: client, Op: "acquire", Mode: mode, Kind: "ok", Mono: Mono(), Token: fence.Token})
 		s.add(func(r *WorkerResult) { r.Acquired++ })
 
 		// A holder believes it holds until it is told otherwise (its
 		// context ends) or it lets go, unless it ignores being told.
 		var told atomic.Int64
 		stopTold := context.AfterFunc(hctx, func() { told.Store(Mono()) })
-		s.critical(hctx, mode, tok)
+		s.critical(hctx, mode, fence)
 		stop := Mono()
 		stopTold()
 		if at := told.Load(); at != 0 && at < stop && s.cfg.Broken != BrokenIgnoreLost {
@@ -244,19 +244,22 @@ func (s *workerState) mode() string {
 	return ""
 }
 
-// The fenced register: a write carries its fencing token; the register
-// refuses a token lower than the highest it accepted when ARGV[2] is 1,
-// and counts the stale writes it was sent (a lower token, or the same
-// token from another owner) and those it accepted. Every accepted write is
-// logged.
+// The fenced register: a write carries its fencing token and its holder
+// (dlock.FenceOf); when ARGV[2] is 1 the register applies dlock's storage
+// check (fenced_write.lua, FencedSet): it refuses a token lower than the
+// highest it accepted, and the same token from another holder. It counts
+// the stale writes it was sent (a lower token, or the same token from
+// another holder), those among them with an equal token, and those it
+// accepted.
 var fencedWrite = redis.NewScript(`
 local max = tonumber(redis.call('hget', KEYS[1], 'max') or '0')
 local owner = redis.call('hget', KEYS[1], 'owner')
 local t = tonumber(ARGV[1])
-local stale = t < max or (t == max and owner and owner ~= ARGV[3])
-if stale then
+local equal = t == max and owner and owner ~= ARGV[3]
+if t < max or equal then
   redis.call('hincrby', KEYS[1], 'stale_attempted', 1)
-  if ARGV[2] == '1' and t < max then
+  if equal then redis.call('hincrby', KEYS[1], 'equal_attempted', 1) end
+  if ARGV[2] == '1' then
     redis.call('hincrby', KEYS[1], 'rejected', 1)
     return 0
   end
@@ -278,7 +281,7 @@ const (
 // register. The counter's SET honours the lock context unless the client
 // ignores lost locks. The register write does not: it stands for a write
 // already on its way when the lease ran out, the case fencing is for.
-func (s *workerState) critical(hctx context.Context, mode string, tok int64) {
+func (s *workerState) critical(hctx context.Context, mode string, fence dlock.Fence) {
 	d := s.cfg.Critical
 	if s.cfg.OverrunOdds > 0 && rand.IntN(s.cfg.OverrunOdds) == 0 {
 		d = s.cfg.Overrun
@@ -296,13 +299,13 @@ func (s *workerState) critical(hctx context.Context, mode string, tok int64) {
 		return
 	}
 	sleepCtx(ctx, d)
-	if tok > 0 {
+	if fence.Token > 0 {
 		check := "1"
 		if s.cfg.Broken == BrokenUnfenced {
 			check = "0"
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), 2*time.Second)
-		fencedWrite.Run(wctx, s.res, []string{registerKey}, tok, check, fmt.Sprint(s.cfg.ID)).Err()
+		fencedWrite.Run(wctx, s.res, []string{registerKey}, fence.Token, check, fence.Holder).Err()
 		cancel()
 	}
 	err = s.res.Set(ctx, counterKey, n+1, 0).Err()
