@@ -901,6 +901,12 @@ m "verify: fenced register without its check" verify/worker.go \
   "if false then" \
   ./verify '^(TestFencedRegister)$'
 
+# verify/: the Cluster topology finds the master of the lock's slot.
+m "verify: cluster master is the first server" verify/cluster.go \
+  "if p.Node.Addr == addr {" \
+  "if p == t.Servers[0] {" \
+  ./verify '^(TestClusterTopology)$'
+
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
   mkdir -p "$1"

@@ -39,6 +39,14 @@ func Matrix() []Scenario {
 		m = append(m, Scenario{Topo: TopoSentinel, ReplicaSync: sync, Fault: FaultPartitionHolderMinority,
 			Workload: WorkMutex, Hold: 8 * time.Second, Duration: sentinel})
 	}
+	// A Cluster of three shards: the faults aim at the lock's master, and
+	// the other masters' majority promotes its replica.
+	for _, f := range []string{FaultPartitionMinority, FaultPauseMaster, FaultKillMaster} {
+		add(TopoCluster, false, f, WorkMutex, BrokenNone, sentinel)
+	}
+	add(TopoCluster, true, FaultPartitionMinority, WorkMutex, BrokenNone, sentinel)
+	m = append(m, Scenario{Topo: TopoCluster, Fault: FaultPartitionHolderMinority,
+		Workload: WorkMutex, Hold: 8 * time.Second, Duration: sentinel})
 	add(TopoSentinel, false, FaultPartitionMinority, WorkRW, BrokenNone, sentinel)
 	add(TopoSentinel, false, FaultPartitionMinority, WorkSem, BrokenNone, sentinel)
 	return m

@@ -25,6 +25,7 @@ import (
 const (
 	TopoSingle   = "single"   // one redis-server
 	TopoSentinel = "sentinel" // a master, two replicas, three sentinels
+	TopoCluster  = "cluster"  // three masters with a replica each
 )
 
 // Faults.
@@ -76,7 +77,7 @@ type Scenario struct {
 // Name is the scenario's label in the table.
 func (s Scenario) Name() string {
 	b := s.Topo
-	if s.Topo == TopoSentinel {
+	if s.Topo == TopoSentinel || s.Topo == TopoCluster {
 		if s.ReplicaSync {
 			b += "+sync"
 		} else {
@@ -133,7 +134,12 @@ func Run(ctx context.Context, sc Scenario, dir string) (res Result, err error) {
 	if sc.Topo == TopoSentinel {
 		replicas = 2
 	}
-	topo, err := StartTopology(ctx, n, dir, replicas, sc.Topo == TopoSentinel)
+	var topo *Topology
+	if sc.Topo == TopoCluster {
+		topo, err = StartCluster(ctx, n, dir)
+	} else {
+		topo, err = StartTopology(ctx, n, dir, replicas, sc.Topo == TopoSentinel)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -174,14 +180,17 @@ func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) 
 			return clients, err
 		}
 		c := &client{node: nd, out: filepath.Join(dir, fmt.Sprintf("c%d.history", i))}
-		cfg := WorkerConfig{ID: i, Out: c.out, Resource: topo.Resource.Addr(redisPort), Name: "verify-lock",
+		cfg := WorkerConfig{ID: i, Out: c.out, Resource: topo.Resource.Addr(redisPort), Name: lockName,
 			Workload: sc.Workload, Broken: sc.Broken, Goroutines: 2, Until: until,
 			Watchdog: watchdog, Critical: 5 * time.Millisecond, ReplicaSync: sc.ReplicaSync}
-		if len(topo.Sentinels) > 0 {
+		switch {
+		case topo.cluster:
+			cfg.Cluster = topo.ClusterAddrs()
+		case len(topo.Sentinels) > 0:
 			for _, s := range topo.Sentinels {
 				cfg.Sentinels = append(cfg.Sentinels, s.Addr(sentinelPort))
 			}
-		} else {
+		default:
 			cfg.LockAddr = topo.Servers[0].Addr(redisPort)
 		}
 		switch sc.Fault {
@@ -421,7 +430,7 @@ func holderClient(ctx context.Context, topo *Topology, clients []*client) (*clie
 		if err != nil {
 			return err
 		}
-		v, err := topo.do(ctx, m.Addr(redisPort), "HKEYS", "verify-lock")
+		v, err := topo.do(ctx, m.Addr(redisPort), "HKEYS", lockName)
 		if err != nil {
 			return err
 		}
@@ -493,9 +502,9 @@ func failoverNote(ctx context.Context, topo *Topology, before *Proc) string {
 }
 
 // awaitNewMaster waits until the sentinels agree on a master other than
-// old; without Sentinel it waits pauseFor.
+// old; with a single server it waits pauseFor.
 func awaitNewMaster(ctx context.Context, topo *Topology, old *Proc) error {
-	if len(topo.Sentinels) == 0 {
+	if len(topo.Sentinels) == 0 && !topo.cluster {
 		sleepCtx(ctx, pauseFor)
 		return nil
 	}

@@ -54,7 +54,8 @@ type WorkerConfig struct {
 	ID         int      // client number, for the history
 	Out        string   // history file; the client's dlock ID goes to Out+".id"
 	LockAddr   string   // a single server, or
-	Sentinels  []string // sentinel addresses of masterName
+	Sentinels  []string // sentinel addresses of masterName, or
+	Cluster    []string // the cluster's nodes
 	Resource   string   // the resource server (counter, register)
 	Name       string   // lock name
 	Workload   string
@@ -182,10 +183,15 @@ func runWorker(cfgJSON string) error {
 	return json.NewEncoder(os.Stdout).Encode(s.out)
 }
 
-// lockClient is the go-redis client for the lock: plain or Sentinel. Its
+// lockClient is the go-redis client for the lock: plain, Sentinel or
+// Cluster. Its
 // read timeout stays above WithReplicaSync's WAIT timeout.
 func lockClient(cfg WorkerConfig) redis.UniversalClient {
 	const dial, read, write = time.Second, 2 * time.Second, time.Second
+	if len(cfg.Cluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster,
+			DialTimeout: dial, ReadTimeout: read, WriteTimeout: write})
+	}
 	if len(cfg.Sentinels) > 0 {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: masterName, SentinelAddrs: cfg.Sentinels,
