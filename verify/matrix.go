@@ -49,6 +49,9 @@ func Matrix() []Scenario {
 		Workload: WorkMutex, Hold: 8 * time.Second, Duration: sentinel})
 	add(TopoSentinel, false, FaultPartitionMinority, WorkRW, BrokenNone, sentinel)
 	add(TopoSentinel, false, FaultPartitionMinority, WorkSem, BrokenNone, sentinel)
+	// A client's wall clock jumps ahead: of all dlock's primitives only
+	// the permit semaphore reads it (internal/clock).
+	add(TopoSingle, false, FaultClockJump, WorkSem, BrokenNone, single)
 	return m
 }
 

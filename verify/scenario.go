@@ -52,6 +52,9 @@ const (
 	// FaultKillMaster kills the master with SIGKILL and starts it again
 	// (empty: no persistence), after the failover when there is Sentinel.
 	FaultKillMaster = "kill-master"
+	// FaultClockJump moves client c1's wall clock, as dlock reads it
+	// (internal/clock), ahead by clockJump for partitionFor, then back.
+	FaultClockJump = "clock-jump"
 )
 
 // Timing of every run.
@@ -61,6 +64,7 @@ const (
 	partitionFor = 8 * time.Second        // how long a partition lasts
 	pauseFor     = 3 * watchdog           // a pause, past the lease
 	settle       = 2 * time.Second        // contention between faults
+	clockJump    = 5 * watchdog           // a client clock jump, past the lease
 )
 
 // Scenario is one run.
@@ -196,6 +200,8 @@ func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) 
 		switch sc.Fault {
 		case FaultOverrun:
 			cfg.Lease, cfg.Overrun, cfg.OverrunOdds = overrunLease, 1200*time.Millisecond, 10
+		case FaultClockJump:
+			cfg.ClockJump = clockJump
 		case FaultPauseHolder:
 			// Most of a hold before the register write: a pause then
 			// finds the holder before it, and the write goes out stale.
@@ -308,7 +314,7 @@ func inject(ctx context.Context, sc Scenario, topo *Topology, clients []*client,
 // faultBudget is the time one fault needs, healing included.
 func faultBudget(fault string) time.Duration {
 	switch fault {
-	case FaultPartitionMinority, FaultPartitionHolderMinority, FaultPartitionReplicas:
+	case FaultPartitionMinority, FaultPartitionHolderMinority, FaultPartitionReplicas, FaultClockJump:
 		return partitionFor + 6*time.Second
 	case FaultPauseHolder:
 		return pauseFor + 2*time.Second
@@ -332,6 +338,8 @@ func faultFunc(name string) faultFn {
 		return pauseMaster
 	case FaultKillMaster:
 		return killMaster
+	case FaultClockJump:
+		return jumpClock
 	}
 	return nil
 }
@@ -405,6 +413,17 @@ func partitionAndHeal(ctx context.Context, topo *Topology, a, b []*Node) (string
 		return "", err
 	}
 	return failoverNote(ctx, topo, before), nil
+}
+
+// jumpClock moves c1's wall clock ahead by clockJump for partitionFor,
+// then back (the worker's jumpOnSignal).
+func jumpClock(ctx context.Context, _ *Topology, clients []*client) (string, error) {
+	c := clients[0]
+	if err := c.proc.Signal(syscall.SIGUSR1); err != nil {
+		return "", err
+	}
+	sleepCtx(ctx, partitionFor)
+	return fmt.Sprintf("%s's clock +%v", c.node.Name, clockJump), c.proc.Signal(syscall.SIGUSR2)
 }
 
 // pauseHolder freezes the worker whose dlock client holds the lock now

@@ -16,11 +16,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/clock"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
 )
@@ -69,6 +72,7 @@ type WorkerConfig struct {
 	Overrun     time.Duration // a hold in OverrunOdds takes this long instead
 	OverrunOdds int           // one hold in OverrunOdds overruns; 0 never
 	ReplicaSync bool          // WithReplicaSync(1, time.Second)
+	ClockJump   time.Duration // SIGUSR1 moves dlock's wall clock by this, SIGUSR2 back
 }
 
 // Event is one line of a history.
@@ -147,6 +151,9 @@ func runWorker(cfgJSON string) error {
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		return err
 	}
+	if cfg.ClockJump != 0 {
+		defer jumpOnSignal(cfg.ClockJump)()
+	}
 	lockRdb := lockClient(cfg)
 	defer lockRdb.Close()
 	opts := []dlock.Option{dlock.WithWatchdogTimeout(cfg.Watchdog)}
@@ -181,6 +188,30 @@ func runWorker(cfgJSON string) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(s.out)
+}
+
+// jumpOnSignal moves dlock's wall clock (internal/clock) by d on SIGUSR1
+// and back on SIGUSR2, until the returned stop is called: the harness's
+// client clock jump, which libfaketime cannot make in a Go program.
+func jumpOnSignal(d time.Duration) (stop func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGUSR1 {
+					clock.Jump(d)
+				} else {
+					clock.Jump(-d)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
 }
 
 // lockClient is the go-redis client for the lock: plain, Sentinel or
