@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Matrix returns the scenarios of `make verify`: about 20 minutes on two
+// Matrix returns the scenarios of `make verify`: about 25 minutes on two
 // cores.
 func Matrix() []Scenario {
 	const single, sentinel = 30 * time.Second, 45 * time.Second
