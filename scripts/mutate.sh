@@ -129,10 +129,10 @@ m "FenceOf without the lock's owner" hold.go \
   . '^(TestFenceOf)$'
 m "fenced write raises the fence before the data" internal/scripts/fenced_write.lua \
   "end
-if ARGV[2] == 'set' then" \
+if ARGV[3] == 'set' then" \
   "end
-redis.call('set', KEYS[2], ARGV[1])
-if ARGV[2] == 'set' then" \
+redis.call('set', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
+if ARGV[3] == 'set' then" \
   . '^(TestFencedHSetFails)$'
 m "fenced write unpacks every field at once" internal/scripts/fenced_write.lua \
   "unpack(ARGV, i, math.min(i + 999, #ARGV))" \
