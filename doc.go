@@ -94,7 +94,8 @@
 // loses an unreplicated write, or a clock step on the Redis server can let
 // two holders in at once. dlock narrows these windows (the watchdog, the
 // lost-lock context) but cannot close them; a resource that must never see
-// two writers should check a fencing token (WithFencing, Token) and reject
-// tokens lower than the highest it has seen: FencedSet and FencedHSet do
-// that for data in Redis, CheckToken for SQL databases.
+// two writers should check a fencing token (WithFencing, FenceOf) and
+// reject tokens lower than the highest it has seen, and the same token
+// from another holder: FencedSet and FencedHSet do that for data in
+// Redis, CheckToken for SQL databases.
 package dlock

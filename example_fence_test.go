@@ -22,19 +22,18 @@ func ExampleFencedSet() {
 	if err != nil {
 		panic(err)
 	}
-	token, _ := dlock.Token(lockCtx)
+	fence := dlock.FenceOf(lockCtx) // the lock's token and holder
 	// The write goes through only while no newer holder has written.
-	err = dlock.FencedSet(ctx, rdb, token, "example:report:data", "v1", 0)
+	err = dlock.FencedSet(ctx, rdb, fence, "example:report:data", "v1", 0)
 	fmt.Println("written:", err == nil)
 	_ = m.Unlock(lockCtx)
 
 	// A former holder, paused past its lease, comes back with its old
 	// token after a newer holder wrote: refused.
 	newer, _ := m.Lock(ctx)
-	newToken, _ := dlock.Token(newer)
-	_ = dlock.FencedSet(ctx, rdb, newToken, "example:report:data", "v2", 0)
+	_ = dlock.FencedSet(ctx, rdb, dlock.FenceOf(newer), "example:report:data", "v2", 0)
 	_ = m.Unlock(newer)
-	err = dlock.FencedSet(ctx, rdb, token, "example:report:data", "stale", 0)
+	err = dlock.FencedSet(ctx, rdb, fence, "example:report:data", "stale", 0)
 	fmt.Println("stale:", errors.Is(err, dlock.ErrStaleToken))
 
 	rdb.Del(ctx, "example:report:data", dlock.FenceKey("example:report:data"), "redisson_lock_token:{example:report}")
@@ -60,7 +59,6 @@ func ExampleCheckToken() {
 		panic(err)
 	}
 	defer m.Unlock(lockCtx)
-	token, _ := dlock.Token(lockCtx)
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -68,8 +66,9 @@ func ExampleCheckToken() {
 	}
 	defer tx.Rollback()
 	// First in the transaction: refuses a token older than the newest
-	// that wrote to "invoices", and holds newer ones back until commit.
-	if err := dlock.CheckToken(ctx, tx, "invoices", token); errors.Is(err, dlock.ErrStaleToken) {
+	// that wrote to "invoices" (or the same from another holder), and
+	// holds newer ones back until commit.
+	if err := dlock.CheckToken(ctx, tx, "invoices", dlock.FenceOf(lockCtx)); errors.Is(err, dlock.ErrStaleToken) {
 		return // another holder took over: write nothing
 	} else if err != nil {
 		panic(err)

@@ -24,40 +24,72 @@ import (
 
 // ErrStaleToken is returned by the fenced writes (FencedSet, FencedHSet,
 // CheckToken) when the resource has already seen a higher fencing token
-// than the writer's: a newer holder has written since, and the writer,
-// whatever it believes, no longer holds the lock. Nothing was written.
+// than the writer's, or the same token from another holder: a newer
+// holder has written since, and the writer, whatever it believes, no
+// longer holds the lock. Nothing was written.
 var ErrStaleToken = errors.New("dlock: stale fencing token")
+
+// Fence is what a storage check needs to know of a writer: the fencing
+// token of the lock it holds and the holder that got it. The checks
+// (FencedSet, FencedHSet, CheckToken) accept a write whose token is above
+// every token the resource has seen, or equal to the last one and from
+// the same holder (that holder writing again).
+//
+// The holder matters because a token alone can be handed out twice: in a
+// split brain two masters grant at the same time, and two grants in the
+// same microsecond get the same token (docs/safety.md). Get a lock's
+// Fence with FenceOf; build one by hand only from a token and an owner
+// passed on from a lock context (the dlock command's DLOCK_TOKEN and
+// DLOCK_OWNER, an Election's LeaderInfo.Token and the leader's owner).
+type Fence struct {
+	Token  int64  // the lock's fencing token (Token), positive
+	Holder string // who holds it: the lock's owner (Client.Owner), not empty
+}
+
+// FenceOf returns the Fence of the innermost fenced lock whose lock
+// context ctx is or descends from: its token and its owner. It returns
+// the zero Fence when there is none (the lock was taken without
+// WithFencing), which the storage checks refuse with ErrInvalidOption, so
+// that the common call is one line:
+//
+//	err := dlock.FencedSet(ctx, rdb, dlock.FenceOf(lockCtx), key, value, 0)
+func FenceOf(ctx context.Context) Fence {
+	f, _ := ctx.Value(fenceKey{}).(Fence)
+	return f
+}
 
 // fenceSuffix names the key a fenced write keeps its token in, beside the
 // value's key and in the same cluster hash slot.
 const fenceSuffix = "dlock_fence"
 
 // FenceKey returns the key in which FencedSet and FencedHSet keep the
-// highest token written to key: "<key>:dlock_fence", or "{key}:dlock_fence"
-// when key has no hash tag, so that both are in the same cluster slot.
-// Delete it with the value only when no holder of an older token can
-// still write.
+// highest token written to key and its holder ("<token> <holder>"):
+// "<key>:dlock_fence", or "{key}:dlock_fence" when key has no hash tag, so
+// that both are in the same cluster slot. Delete it with the value only
+// when no holder of an older token can still write.
 func FenceKey(key string) string { return layout.Suffixed(key, fenceSuffix) }
 
 // FencedSet sets key to value (SET, expiring after ttl when ttl > 0)
-// only if token is not below the highest token a fenced write to key has
-// carried; it returns an error wrapping ErrStaleToken otherwise, and
-// writes nothing. The check and the write are one script on rdb (the
-// Redis that keeps the data, the lock's or another). The token is kept
-// in FenceKey(key), with no lifetime. An equal token is let through: it
-// is the same holder writing again (every acquisition takes a new one).
+// only if f's token is above the highest token a fenced write to key has
+// carried, or equal to it and from the same holder; it returns an error
+// wrapping ErrStaleToken otherwise, and writes nothing. The check and the
+// write are one script on rdb (the Redis that keeps the data, the lock's
+// or another). The token and its holder are kept in FenceKey(key), with
+// no lifetime. An equal token from the same holder is that holder writing
+// again; from another holder it is a second grant of the same token (a
+// split brain, docs/safety.md) and is refused.
 //
-// Pass the token of the lock context (Token) that protects key; use the
+// Pass the Fence of the lock context that protects key (FenceOf); use the
 // fenced writes for every write to key, or an unfenced one can overwrite
 // a fenced one. A token must be positive and at most 2^53 (the check
-// runs in Lua, whose numbers are doubles); others are refused with
-// ErrInvalidOption.
+// runs in Lua, whose numbers are doubles), and the holder not empty;
+// others are refused with ErrInvalidOption.
 //
 // The fence key is never evicted by dlock, but Redis evicts keys without
 // a lifetime under the allkeys-* maxmemory policies, and an evicted fence
 // key lets a stale writer back in: on the Redis that keeps the data use
 // maxmemory-policy noeviction (the default) or a volatile-* policy.
-func FencedSet(ctx context.Context, rdb redis.Scripter, token int64, key string, value any, ttl time.Duration) error {
+func FencedSet(ctx context.Context, rdb redis.Scripter, f Fence, key string, value any, ttl time.Duration) error {
 	if ttl < 0 {
 		return fmt.Errorf("%w: FencedSet %q: negative ttl %v", ErrInvalidOption, key, ttl)
 	}
@@ -65,31 +97,30 @@ func FencedSet(ctx context.Context, rdb redis.Scripter, token int64, key string,
 	if ttl > 0 && ms == 0 {
 		ms = 1
 	}
-	return fencedWrite(ctx, rdb, token, key, "set", ms, value)
+	return fencedWrite(ctx, rdb, f, key, "set", ms, value)
 }
 
 // FencedHSet sets the fields of the hash key (HSET; values are field,
-// value, field, value...) only if token is not below the highest token a
-// fenced write to key has carried, as FencedSet does; it returns an
+// value, field, value...) only if f passes the check FencedSet makes; it returns an
 // error wrapping ErrStaleToken otherwise, and writes nothing. When the
 // HSET fails (key holds another type), the fence key is left as it was.
-func FencedHSet(ctx context.Context, rdb redis.Scripter, token int64, key string, values ...any) error {
+func FencedHSet(ctx context.Context, rdb redis.Scripter, f Fence, key string, values ...any) error {
 	if len(values) == 0 || len(values)%2 != 0 {
 		return fmt.Errorf("%w: FencedHSet %q: want field, value pairs, got %d values", ErrInvalidOption, key, len(values))
 	}
-	return fencedWrite(ctx, rdb, token, key, "hset", 0, values...)
+	return fencedWrite(ctx, rdb, f, key, "hset", 0, values...)
 }
 
 // fencedWrite runs the fenced write script: op "set" or "hset", ms the
 // SET lifetime (0 for none), args the value or the field-value pairs.
-func fencedWrite(ctx context.Context, rdb redis.Scripter, token int64, key, op string, ms int64, args ...any) error {
-	if err := checkToken(token); err != nil {
+func fencedWrite(ctx context.Context, rdb redis.Scripter, f Fence, key, op string, ms int64, args ...any) error {
+	if err := checkFence(f); err != nil {
 		return fmt.Errorf("dlock: fenced write to %q: %w", key, err)
 	}
 	if key == "" {
 		return fmt.Errorf("%w: fenced write: empty key", ErrInvalidOption)
 	}
-	argv := append([]any{token, op, ms}, args...)
+	argv := append([]any{f.Token, f.Holder, op, ms}, args...)
 	res, err := scripts.FencedWrite.Run(ctx, rdb, []string{key, FenceKey(key)}, argv...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("dlock: fenced write to %q: %w", key, err)
@@ -98,7 +129,7 @@ func fencedWrite(ctx context.Context, rdb redis.Scripter, token int64, key, op s
 		return fmt.Errorf("dlock: fenced write to %q: unexpected reply %v", key, res)
 	}
 	if res[0] != 1 {
-		return fmt.Errorf("%w: %q: token %d, the resource has seen %d", ErrStaleToken, key, token, res[1])
+		return fmt.Errorf("%w: %q: token %d of %s, the resource has seen %d", ErrStaleToken, key, f.Token, f.Holder, res[1])
 	}
 	return nil
 }
@@ -111,14 +142,18 @@ func fencedWrite(ctx context.Context, rdb redis.Scripter, token int64, key, op s
 // 2025) stay below it until the year 2255.
 const maxFenceToken = 1 << 53
 
-// checkToken refuses a token that no fenced lock hands out, and one that
-// the Redis check could not compare exactly.
-func checkToken(token int64) error {
+// checkFence refuses a token that no fenced lock hands out, one that the
+// Redis check could not compare exactly, and a fence without a holder.
+func checkFence(f Fence) error {
+	token := f.Token
 	if token <= 0 {
 		return fmt.Errorf("%w: fencing token %d is not positive (was the lock taken WithFencing?)", ErrInvalidOption, token)
 	}
 	if token > maxFenceToken {
 		return fmt.Errorf("%w: fencing token %d is above 2^53, which the fence check cannot compare exactly", ErrInvalidOption, token)
+	}
+	if f.Holder == "" {
+		return fmt.Errorf("%w: fencing token %d has no holder (use dlock.FenceOf(lockCtx))", ErrInvalidOption, token)
 	}
 	return nil
 }
@@ -128,7 +163,7 @@ const DefaultFenceTable = "dlock_fence"
 
 // SQLFence is the storage check for SQL databases, over database/sql
 // without a driver of its own: a table with one row per resource holding
-// the highest fencing token that wrote to it. The SQL is PostgreSQL's
+// the highest fencing token that wrote to it and that token's holder. The SQL is PostgreSQL's
 // (INSERT ... ON CONFLICT, $1 placeholders), which CockroachDB and
 // YugabyteDB speak too; it is tested against PostgreSQL.
 //
@@ -136,10 +171,12 @@ const DefaultFenceTable = "dlock_fence"
 //
 //	CREATE TABLE IF NOT EXISTS dlock_fence (
 //		resource text PRIMARY KEY,
-//		token bigint NOT NULL
+//		token bigint NOT NULL,
+//		holder text NOT NULL DEFAULT ''
 //	)
 //
-// (Create makes it).
+// (Create makes it, and adds the holder column to a table made without
+// it).
 type SQLFence struct {
 	// Table is the fence table's name, optionally schema-qualified
 	// (letters, digits and underscores); "" is DefaultFenceTable. It goes
@@ -167,23 +204,29 @@ type SQLExecer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// Create creates the fence table if it does not exist.
+// Create creates the fence table if it does not exist, and adds the
+// holder column if the table lacks it (made by an earlier dlock).
 func (f SQLFence) Create(ctx context.Context, db SQLExecer) error {
 	table, err := f.table()
 	if err != nil {
 		return err
 	}
-	q := "CREATE TABLE IF NOT EXISTS " + table + " (resource text PRIMARY KEY, token bigint NOT NULL)"
-	if _, err := db.ExecContext(ctx, q); err != nil {
-		return fmt.Errorf("dlock: creating the fence table %s: %w", table, err)
+	for _, q := range []string{
+		"CREATE TABLE IF NOT EXISTS " + table + " (resource text PRIMARY KEY, token bigint NOT NULL, holder text NOT NULL DEFAULT '')",
+		"ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT ''",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("dlock: creating the fence table %s: %w", table, err)
+		}
 	}
 	return nil
 }
 
-// Check records token as the newest for resource, inside the caller's
-// transaction tx, and returns an error wrapping ErrStaleToken, having
-// changed nothing, when the table already holds a higher token for it.
-// An equal token is let through (the same holder writing again). Run it
+// Check records f's token and holder as the newest for resource, inside
+// the caller's transaction tx, and returns an error wrapping
+// ErrStaleToken, having changed nothing, when the table already holds a
+// higher token for it, or the same token from another holder (the rule
+// of Fence). Run it
 // in the transaction that makes the protected writes, before them, and
 // roll back when it fails: its row stays locked until tx ends, so a
 // newer holder's Check waits for tx, and once tx has committed an older
@@ -201,20 +244,21 @@ func (f SQLFence) Create(ctx context.Context, db SQLExecer) error {
 // fail with a serialization error instead (returned wrapped, not as
 // ErrStaleToken): roll back and retry the transaction, as those levels
 // require.
-func (f SQLFence) Check(ctx context.Context, tx *sql.Tx, resource string, token int64) error {
+func (f SQLFence) Check(ctx context.Context, tx *sql.Tx, resource string, fence Fence) error {
 	table, err := f.table()
 	if err != nil {
 		return err
 	}
-	if err := checkToken(token); err != nil {
+	if err := checkFence(fence); err != nil {
 		return fmt.Errorf("dlock: fence check of %q: %w", resource, err)
 	}
 	if tx == nil {
 		return fmt.Errorf("%w: fence check of %q: nil transaction", ErrInvalidOption, resource)
 	}
-	q := "INSERT INTO " + table + " AS f (resource, token) VALUES ($1, $2) " +
-		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token"
-	res, err := tx.ExecContext(ctx, q, resource, token)
+	q := "INSERT INTO " + table + " AS f (resource, token, holder) VALUES ($1, $2, $3) " +
+		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder " +
+		"WHERE f.token < EXCLUDED.token OR (f.token = EXCLUDED.token AND f.holder = EXCLUDED.holder)"
+	res, err := tx.ExecContext(ctx, q, resource, fence.Token, fence.Holder)
 	if err != nil {
 		return fmt.Errorf("dlock: fence check of %q: %w", resource, err)
 	}
@@ -223,14 +267,15 @@ func (f SQLFence) Check(ctx context.Context, tx *sql.Tx, resource string, token 
 		return fmt.Errorf("dlock: fence check of %q: %w", resource, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %q: token %d, the fence table %s holds a higher one", ErrStaleToken, resource, token, table)
+		return fmt.Errorf("%w: %q: token %d of %s, the fence table %s holds a higher one or the same from another holder", ErrStaleToken, resource, fence.Token, fence.Holder, table)
 	}
 	return nil
 }
 
-// CheckToken is SQLFence{}.Check: it records token as the newest for
+// CheckToken is SQLFence{}.Check: it records f as the newest for
 // resource in DefaultFenceTable inside tx, or returns an error wrapping
-// ErrStaleToken when a higher token has written to resource.
-func CheckToken(ctx context.Context, tx *sql.Tx, resource string, token int64) error {
-	return SQLFence{}.Check(ctx, tx, resource, token)
+// ErrStaleToken when a higher token, or the same token from another
+// holder, has written to resource.
+func CheckToken(ctx context.Context, tx *sql.Tx, resource string, f Fence) error {
+	return SQLFence{}.Check(ctx, tx, resource, f)
 }

@@ -79,6 +79,7 @@ type (
 		key, role string
 	}
 	tokenKey struct{}
+	fenceKey struct{} // FenceOf: the token with its owner
 )
 
 func ownerFrom(ctx context.Context, c *Client) (string, bool) {
@@ -139,6 +140,10 @@ func (l *lockContext) Value(key any) any {
 	case tokenKey:
 		if l.token != nil {
 			return l.token
+		}
+	case fenceKey:
+		if t, ok := l.token.(int64); ok {
+			return Fence{Token: t, Holder: l.owner}
 		}
 	case ownerKey:
 		if k.c == l.c {

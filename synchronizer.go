@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/clock"
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/transport"
@@ -191,5 +192,6 @@ func (w *syncWait) observer() *lockObs { return w.ob }
 func (w *syncWait) end(error) { w.stop(w.used) }
 
 // nowMillis is the local clock in epoch ms, the clock Redisson's permit
-// semaphore passes to its scripts.
-func nowMillis(t time.Time) int64 { return t.UnixMilli() }
+// semaphore passes to its scripts: t's wall-clock reading moved by the
+// test seam internal/clock (0 outside the verify/ harness).
+func nowMillis(t time.Time) int64 { return t.Add(clock.Offset()).UnixMilli() }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 // BenchmarkSQLWrite measures what dlock.CheckToken adds to a transaction
@@ -27,7 +29,7 @@ func BenchmarkSQLWrite(b *testing.B) {
 				token++
 				var err error
 				if checked {
-					err = write(ctx, db, fence, token, "v")
+					err = write(ctx, db, fence, dlock.Fence{Token: token, Holder: "bench"}, "v")
 				} else {
 					err = plainWrite(ctx, db, fence, "v")
 				}

@@ -35,8 +35,8 @@ type DemoConfig struct {
 // store is where the acts write: PostgreSQL or Redis, unfenced or fenced.
 type store interface {
 	name() string
-	write(ctx context.Context, v string) error                    // no check
-	fencedWrite(ctx context.Context, token int64, v string) error // ErrStaleToken when stale
+	write(ctx context.Context, v string) error                      // no check
+	fencedWrite(ctx context.Context, f dlock.Fence, v string) error // ErrStaleToken when stale
 	read(ctx context.Context) (string, error)
 	close()
 }
@@ -278,8 +278,8 @@ func (d *demo) watchdog(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ta, _ := dlock.Token(la)
-	d.say("A", "locked demo:act3, fencing token %d; works %v, renewed every %v", ta, 2*d.cfg.Watchdog, (d.cfg.Watchdog / 3).Round(time.Millisecond))
+	fa := dlock.FenceOf(la)
+	d.say("A", "locked demo:act3, fencing token %d; works %v, renewed every %v", fa.Token, 2*d.cfg.Watchdog, (d.cfg.Watchdog / 3).Round(time.Millisecond))
 	time.Sleep(2 * d.cfg.Watchdog)
 	if _, err := mb.TryLock(ctx); !errors.Is(err, dlock.ErrNotObtained) {
 		return fmt.Errorf("TryLock by B while A works: %v, want ErrNotObtained", err)
@@ -291,19 +291,19 @@ func (d *demo) watchdog(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tb, _ := dlock.Token(lb)
-	d.say("B", "locked it once A's lease ran out, token %d", tb)
-	if err := d.st.fencedWrite(ctx, tb, "B's report"); err != nil {
+	fb := dlock.FenceOf(lb)
+	d.say("B", "locked it once A's lease ran out, token %d", fb.Token)
+	if err := d.st.fencedWrite(ctx, fb, "B's report"); err != nil {
 		return fmt.Errorf("fenced write by B: %w", err)
 	}
-	d.say("B", "wrote %q with token %d", "B's report", tb)
+	d.say("B", "wrote %q with token %d", "B's report", fb.Token)
 	_ = mb.Unlock(lb)
 	a.thaw()
-	err = d.st.fencedWrite(ctx, ta, "A's report")
+	err = d.st.fencedWrite(ctx, fa, "A's report")
 	if !errors.Is(err, dlock.ErrStaleToken) {
 		return fmt.Errorf("stale write by A: %v, want ErrStaleToken", err)
 	}
-	d.say("A", "thawed, writes %q with token %d: refused by %s (%v)", "A's report", ta, d.st.name(), err)
+	d.say("A", "thawed, writes %q with token %d: refused by %s (%v)", "A's report", fa.Token, d.st.name(), err)
 	v, err := d.st.read(ctx)
 	if err != nil {
 		return err
@@ -343,21 +343,22 @@ func (s *sqlStore) name() string { return "PostgreSQL (dlock.CheckToken)" }
 
 func (s *sqlStore) close() {}
 
-func (s *sqlStore) write(ctx context.Context, v string) error { return s.tx(ctx, 0, v) }
+func (s *sqlStore) write(ctx context.Context, v string) error { return s.tx(ctx, dlock.Fence{}, v) }
 
-func (s *sqlStore) fencedWrite(ctx context.Context, token int64, v string) error {
-	return s.tx(ctx, token, v)
+func (s *sqlStore) fencedWrite(ctx context.Context, f dlock.Fence, v string) error {
+	return s.tx(ctx, f, v)
 }
 
-// tx writes v in a transaction, checking token first unless it is 0.
-func (s *sqlStore) tx(ctx context.Context, token int64, v string) error {
+// tx writes v in a transaction, checking f first unless it is the zero
+// Fence.
+func (s *sqlStore) tx(ctx context.Context, f dlock.Fence, v string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if token != 0 {
-		if err := dlock.CheckToken(ctx, tx, "demo_report", token); err != nil {
+	if f != (dlock.Fence{}) {
+		if err := dlock.CheckToken(ctx, tx, "demo_report", f); err != nil {
 			return err
 		}
 	}
@@ -390,8 +391,8 @@ func (s *redisStore) write(ctx context.Context, v string) error {
 	return s.rdb.Set(ctx, demoKey, v, 0).Err()
 }
 
-func (s *redisStore) fencedWrite(ctx context.Context, token int64, v string) error {
-	return dlock.FencedSet(ctx, s.rdb, token, demoKey, v, 0)
+func (s *redisStore) fencedWrite(ctx context.Context, f dlock.Fence, v string) error {
+	return dlock.FencedSet(ctx, s.rdb, f, demoKey, v, 0)
 }
 
 func (s *redisStore) read(ctx context.Context) (string, error) {

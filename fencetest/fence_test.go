@@ -74,13 +74,13 @@ func openDB(t testing.TB) (*sql.DB, dlock.SQLFence) {
 // write is one holder's transaction: the fence check, then its write of
 // v. It returns the check's error (the transaction rolled back) or the
 // commit's.
-func write(ctx context.Context, db *sql.DB, fence dlock.SQLFence, token int64, v string) error {
+func write(ctx context.Context, db *sql.DB, fence dlock.SQLFence, f dlock.Fence, v string) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if err := fence.Check(ctx, tx, "report", token); err != nil {
+	if err := fence.Check(ctx, tx, "report", f); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+fence.Table+"_data VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v", v); err != nil {
@@ -115,13 +115,75 @@ func TestCheckTokenRejectsStale(t *testing.T) {
 		{11, "c", false},
 		{10, "stale", true},
 	} {
-		err := write(ctx, db, fence, w.token, w.v)
+		err := write(ctx, db, fence, dlock.Fence{Token: w.token, Holder: "a"}, w.v)
 		if w.stale != errors.Is(err, dlock.ErrStaleToken) || (!w.stale && err != nil) {
 			t.Errorf("token %d: %v, want stale %v", w.token, err, w.stale)
 		}
 	}
 	if v := value(t, db, fence); v != "c" {
 		t.Errorf("value %q, want c (the stale writes rolled back)", v)
+	}
+}
+
+// TestCheckTokenEqualToken: PostgreSQL lets an equal token through only
+// from the holder that wrote it last. In a split brain two masters that
+// grant in the same microsecond hand out the same token to two holders:
+// the second one's transaction is refused, the first one's next ones are
+// not.
+func TestCheckTokenEqualToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db, fence := openDB(t)
+	for i, w := range []struct {
+		f     dlock.Fence
+		stale bool
+	}{
+		{dlock.Fence{Token: 10, Holder: "a"}, false},
+		{dlock.Fence{Token: 10, Holder: "a"}, false}, // the same holder again
+		{dlock.Fence{Token: 10, Holder: "b"}, true},  // the same token granted to another
+		{dlock.Fence{Token: 10, Holder: "a"}, false},
+		{dlock.Fence{Token: 11, Holder: "b"}, false},
+		{dlock.Fence{Token: 11, Holder: "a"}, true},
+		{dlock.Fence{Token: 11, Holder: "b"}, false},
+	} {
+		err := write(ctx, db, fence, w.f, fmt.Sprint(i))
+		if w.stale != errors.Is(err, dlock.ErrStaleToken) || (!w.stale && err != nil) {
+			t.Errorf("write %d %+v: %v, want stale %v", i, w.f, err, w.stale)
+		}
+	}
+	if v := value(t, db, fence); v != "6" {
+		t.Errorf("value %q, want 6 (the other holders' equal tokens rolled back)", v)
+	}
+}
+
+// TestCreateAddsHolder: Create adds the holder column to a fence table
+// made by an earlier dlock (resource and token only); its rows keep their
+// tokens, with an empty holder that no writer has, so an equal token is
+// refused and a higher one goes through.
+func TestCreateAddsHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db, err := pg.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fence := dlock.SQLFence{Table: fmt.Sprintf("fence_old_%d", time.Now().UnixNano())}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+fence.Table+" (resource text PRIMARY KEY, token bigint NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.ExecContext(context.Background(), "DROP TABLE "+fence.Table+", "+fence.Table+"_data") })
+	if _, err := db.ExecContext(ctx, "INSERT INTO "+fence.Table+" VALUES ('report', 20); CREATE TABLE "+fence.Table+"_data (id int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(ctx, db, fence, dlock.Fence{Token: 20, Holder: "a"}, "equal"); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Errorf("equal token over a row without holder: %v, want ErrStaleToken", err)
+	}
+	if err := write(ctx, db, fence, dlock.Fence{Token: 21, Holder: "a"}, "higher"); err != nil {
+		t.Errorf("higher token over a row without holder: %v", err)
 	}
 }
 
@@ -139,11 +201,11 @@ func TestCheckTokenOrdersHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Rollback()
-	if err := fence.Check(ctx, old, "report", 5); err != nil {
+	if err := fence.Check(ctx, old, "report", dlock.Fence{Token: 5, Holder: "old"}); err != nil {
 		t.Fatal(err)
 	}
 	newer := make(chan error, 1)
-	go func() { newer <- write(ctx, db, fence, 6, "newer") }()
+	go func() { newer <- write(ctx, db, fence, dlock.Fence{Token: 6, Holder: "newer"}, "newer") }()
 	select {
 	case err := <-newer:
 		t.Fatalf("the newer holder's transaction did not wait for the older one's: %v", err)
@@ -163,7 +225,7 @@ func TestCheckTokenOrdersHolders(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the newer holder's transaction still waits after the older one committed")
 	}
-	if err := write(ctx, db, fence, 5, "late"); !errors.Is(err, dlock.ErrStaleToken) {
+	if err := write(ctx, db, fence, dlock.Fence{Token: 5, Holder: "old"}, "late"); !errors.Is(err, dlock.ErrStaleToken) {
 		t.Errorf("the older holder again after the newer committed: %v, want ErrStaleToken", err)
 	}
 	if v := value(t, db, fence); v != "newer" {
@@ -194,7 +256,7 @@ func TestPausedHolderRejectedByPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t1, _ := dlock.Token(l1)
+	f1 := dlock.FenceOf(l1)
 	select { // the slow holder's work outlasts its lease
 	case <-l1.Done():
 	case <-ctx.Done():
@@ -204,15 +266,15 @@ func TestPausedHolderRejectedByPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t2, _ := dlock.Token(l2)
-	if err := write(ctx, db, fence, t2, "fast"); err != nil {
+	f2 := dlock.FenceOf(l2)
+	if err := write(ctx, db, fence, f2, "fast"); err != nil {
 		t.Fatalf("the new holder's write: %v", err)
 	}
 	if err := fast.Unlock(l2); err != nil {
 		t.Fatal(err)
 	}
-	if err := write(ctx, db, fence, t1, "slow"); !errors.Is(err, dlock.ErrStaleToken) {
-		t.Errorf("the paused holder's write (token %d after %d): %v, want ErrStaleToken", t1, t2, err)
+	if err := write(ctx, db, fence, f1, "slow"); !errors.Is(err, dlock.ErrStaleToken) {
+		t.Errorf("the paused holder's write (token %d after %d): %v, want ErrStaleToken", f1.Token, f2.Token, err)
 	}
 	if v := value(t, db, fence); v != "fast" {
 		t.Errorf("value %q, want the new holder's", v)

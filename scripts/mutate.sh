@@ -105,24 +105,34 @@ m "counter does not keep the token" internal/scripts/lock_acquire_free.lua \
   "redis.call('incr', KEYS[2])
     return {1, floor}" \
   . '^(TestRedissonFencedLockTokens)$'
-# The storage checks: the Redis fenced write refuses a lower token and
-# lets the same holder (an equal token) write again; the SQL check's
-# upsert changes the row only for a token not below it, and a refused
-# check is reported (tested against a real PostgreSQL, fencetest/).
+# The storage checks: the Redis fenced write refuses a lower token, and
+# an equal one from another holder (two grants of one token in a split
+# brain), and lets the same holder write again; the SQL check's upsert
+# changes the row by the same rule, and a refused check is reported
+# (tested against a real PostgreSQL, fencetest/). FenceOf carries the
+# lock's owner as the holder.
 m "fenced write ignores the token" internal/scripts/fenced_write.lua \
-  "if tonumber(ARGV[1]) < last then" \
+  "if token < last or (token == last and holder ~= ARGV[2]) then" \
   "if false then" \
   . '^(TestFencedSet|TestFencedWriteRejectsPausedHolder)$'
 m "fenced write refuses an equal token" internal/scripts/fenced_write.lua \
-  "if tonumber(ARGV[1]) < last then" \
-  "if tonumber(ARGV[1]) <= last then" \
+  "if token < last or (token == last and holder ~= ARGV[2]) then" \
+  "if token <= last then" \
   . '^(TestFencedSet)$'
+m "fenced write takes an equal token from another holder" internal/scripts/fenced_write.lua \
+  "if token < last or (token == last and holder ~= ARGV[2]) then" \
+  "if token < last then" \
+  . '^(TestFencedSetEqualToken)$'
+m "FenceOf without the lock's owner" hold.go \
+  "return Fence{Token: t, Holder: l.owner}" \
+  'return Fence{Token: t, Holder: "holder"}' \
+  . '^(TestFenceOf)$'
 m "fenced write raises the fence before the data" internal/scripts/fenced_write.lua \
   "end
-if ARGV[2] == 'set' then" \
+if ARGV[3] == 'set' then" \
   "end
-redis.call('set', KEYS[2], ARGV[1])
-if ARGV[2] == 'set' then" \
+redis.call('set', KEYS[2], ARGV[1] .. ' ' .. ARGV[2])
+if ARGV[3] == 'set' then" \
   . '^(TestFencedHSetFails)$'
 m "fenced write unpacks every field at once" internal/scripts/fenced_write.lua \
   "unpack(ARGV, i, math.min(i + 999, #ARGV))" \
@@ -133,13 +143,17 @@ m "fenced write takes tokens above 2^53" fence.go \
   'if false {' \
   . '^(TestFencedWriteInput)$'
 m "SQL fence check always updates" fence.go \
-  'DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token"' \
-  'DO UPDATE SET token = EXCLUDED.token"' \
+  '"WHERE f.token < EXCLUDED.token OR (f.token = EXCLUDED.token AND f.holder = EXCLUDED.holder)"' \
+  '"WHERE true"' \
   ./fencetest '^(TestCheckTokenRejectsStale|TestPausedHolderRejectedByPostgres)$'
 m "SQL fence check ignores a refused upsert" fence.go \
   'if n == 0 {' \
   'if n < 0 {' \
   ./fencetest '^(TestCheckTokenRejectsStale)$'
+m "SQL fence check takes an equal token from another holder" fence.go \
+  'OR (f.token = EXCLUDED.token AND f.holder = EXCLUDED.holder)"' \
+  'OR f.token = EXCLUDED.token"' \
+  ./fencetest '^(TestCheckTokenEqualToken)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else
@@ -883,9 +897,21 @@ m "verify: semaphore model grants one permit too many" verify/check.go \
   ./verify '^(TestCheckersOnSyntheticHistories)$'
 # verify/: the fenced register refuses a lower token.
 m "verify: fenced register without its check" verify/worker.go \
-  "if ARGV[2] == '1' and t < max then" \
+  "if ARGV[2] == '1' then" \
   "if false then" \
   ./verify '^(TestFencedRegister)$'
+
+# The permit semaphore reads the wall clock through the seam the verify/
+# harness jumps (internal/clock).
+m "permit clock ignores the clock seam" synchronizer.go \
+  "t.Add(clock.Offset()).UnixMilli()" \
+  "t.Add(0 * clock.Offset()).UnixMilli()" \
+  . '^(TestPermitClockJump)$'
+# verify/: the Cluster topology finds the master of the lock's slot.
+m "verify: cluster master is the first server" verify/cluster.go \
+  "if p.Node.Addr == addr {" \
+  "if p == t.Servers[0] {" \
+  ./verify '^(TestClusterTopology)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

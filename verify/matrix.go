@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Matrix returns the scenarios of `make verify`: about 20 minutes on two
+// Matrix returns the scenarios of `make verify`: about 25 minutes on two
 // cores.
 func Matrix() []Scenario {
 	const single, sentinel = 30 * time.Second, 45 * time.Second
@@ -39,8 +39,19 @@ func Matrix() []Scenario {
 		m = append(m, Scenario{Topo: TopoSentinel, ReplicaSync: sync, Fault: FaultPartitionHolderMinority,
 			Workload: WorkMutex, Hold: 8 * time.Second, Duration: sentinel})
 	}
+	// A Cluster of three shards: the faults aim at the lock's master, and
+	// the other masters' majority promotes its replica.
+	for _, f := range []string{FaultPartitionMinority, FaultPauseMaster, FaultKillMaster} {
+		add(TopoCluster, false, f, WorkMutex, BrokenNone, sentinel)
+	}
+	add(TopoCluster, true, FaultPartitionMinority, WorkMutex, BrokenNone, sentinel)
+	m = append(m, Scenario{Topo: TopoCluster, Fault: FaultPartitionHolderMinority,
+		Workload: WorkMutex, Hold: 8 * time.Second, Duration: sentinel})
 	add(TopoSentinel, false, FaultPartitionMinority, WorkRW, BrokenNone, sentinel)
 	add(TopoSentinel, false, FaultPartitionMinority, WorkSem, BrokenNone, sentinel)
+	// A client's wall clock jumps ahead: of all dlock's primitives only
+	// the permit semaphore reads it (internal/clock).
+	add(TopoSingle, false, FaultClockJump, WorkSem, BrokenNone, single)
 	return m
 }
 

@@ -25,6 +25,7 @@ import (
 const (
 	TopoSingle   = "single"   // one redis-server
 	TopoSentinel = "sentinel" // a master, two replicas, three sentinels
+	TopoCluster  = "cluster"  // three masters with a replica each
 )
 
 // Faults.
@@ -51,6 +52,9 @@ const (
 	// FaultKillMaster kills the master with SIGKILL and starts it again
 	// (empty: no persistence), after the failover when there is Sentinel.
 	FaultKillMaster = "kill-master"
+	// FaultClockJump moves client c1's wall clock, as dlock reads it
+	// (internal/clock), ahead by clockJump for partitionFor, then back.
+	FaultClockJump = "clock-jump"
 )
 
 // Timing of every run.
@@ -60,6 +64,7 @@ const (
 	partitionFor = 8 * time.Second        // how long a partition lasts
 	pauseFor     = 3 * watchdog           // a pause, past the lease
 	settle       = 2 * time.Second        // contention between faults
+	clockJump    = 5 * watchdog           // a client clock jump, past the lease
 )
 
 // Scenario is one run.
@@ -76,7 +81,7 @@ type Scenario struct {
 // Name is the scenario's label in the table.
 func (s Scenario) Name() string {
 	b := s.Topo
-	if s.Topo == TopoSentinel {
+	if s.Topo == TopoSentinel || s.Topo == TopoCluster {
 		if s.ReplicaSync {
 			b += "+sync"
 		} else {
@@ -105,6 +110,7 @@ type Result struct {
 	LostUpdates    int // increments minus the counter's final value
 	StaleAttempted int // register writes with a stale token
 	StaleAccepted  int // ... that the register accepted
+	EqualTokens    int // stale writes with the last token, from another holder
 	MaxUnavailable time.Duration
 	Faults         int
 	Notes          []string
@@ -132,7 +138,12 @@ func Run(ctx context.Context, sc Scenario, dir string) (res Result, err error) {
 	if sc.Topo == TopoSentinel {
 		replicas = 2
 	}
-	topo, err := StartTopology(ctx, n, dir, replicas, sc.Topo == TopoSentinel)
+	var topo *Topology
+	if sc.Topo == TopoCluster {
+		topo, err = StartCluster(ctx, n, dir)
+	} else {
+		topo, err = StartTopology(ctx, n, dir, replicas, sc.Topo == TopoSentinel)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -173,19 +184,24 @@ func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) 
 			return clients, err
 		}
 		c := &client{node: nd, out: filepath.Join(dir, fmt.Sprintf("c%d.history", i))}
-		cfg := WorkerConfig{ID: i, Out: c.out, Resource: topo.Resource.Addr(redisPort), Name: "verify-lock",
+		cfg := WorkerConfig{ID: i, Out: c.out, Resource: topo.Resource.Addr(redisPort), Name: lockName,
 			Workload: sc.Workload, Broken: sc.Broken, Goroutines: 2, Until: until,
 			Watchdog: watchdog, Critical: 5 * time.Millisecond, ReplicaSync: sc.ReplicaSync}
-		if len(topo.Sentinels) > 0 {
+		switch {
+		case topo.cluster:
+			cfg.Cluster = topo.ClusterAddrs()
+		case len(topo.Sentinels) > 0:
 			for _, s := range topo.Sentinels {
 				cfg.Sentinels = append(cfg.Sentinels, s.Addr(sentinelPort))
 			}
-		} else {
+		default:
 			cfg.LockAddr = topo.Servers[0].Addr(redisPort)
 		}
 		switch sc.Fault {
 		case FaultOverrun:
 			cfg.Lease, cfg.Overrun, cfg.OverrunOdds = overrunLease, 1200*time.Millisecond, 10
+		case FaultClockJump:
+			cfg.ClockJump = clockJump
 		case FaultPauseHolder:
 			// Most of a hold before the register write: a pause then
 			// finds the holder before it, and the write goes out stale.
@@ -253,6 +269,7 @@ func check(ctx context.Context, res Result, topo *Topology, clients []*client) (
 	}
 	res.StaleAttempted, _ = strconv.Atoi(reg["stale_attempted"])
 	res.StaleAccepted, _ = strconv.Atoi(reg["stale_accepted"])
+	res.EqualTokens, _ = strconv.Atoi(reg["equal_attempted"])
 	return res, nil
 }
 
@@ -297,7 +314,7 @@ func inject(ctx context.Context, sc Scenario, topo *Topology, clients []*client,
 // faultBudget is the time one fault needs, healing included.
 func faultBudget(fault string) time.Duration {
 	switch fault {
-	case FaultPartitionMinority, FaultPartitionHolderMinority, FaultPartitionReplicas:
+	case FaultPartitionMinority, FaultPartitionHolderMinority, FaultPartitionReplicas, FaultClockJump:
 		return partitionFor + 6*time.Second
 	case FaultPauseHolder:
 		return pauseFor + 2*time.Second
@@ -321,6 +338,8 @@ func faultFunc(name string) faultFn {
 		return pauseMaster
 	case FaultKillMaster:
 		return killMaster
+	case FaultClockJump:
+		return jumpClock
 	}
 	return nil
 }
@@ -396,6 +415,17 @@ func partitionAndHeal(ctx context.Context, topo *Topology, a, b []*Node) (string
 	return failoverNote(ctx, topo, before), nil
 }
 
+// jumpClock moves c1's wall clock ahead by clockJump for partitionFor,
+// then back (the worker's jumpOnSignal).
+func jumpClock(ctx context.Context, _ *Topology, clients []*client) (string, error) {
+	c := clients[0]
+	if err := c.proc.Signal(syscall.SIGUSR1); err != nil {
+		return "", err
+	}
+	sleepCtx(ctx, partitionFor)
+	return fmt.Sprintf("%s's clock +%v", c.node.Name, clockJump), c.proc.Signal(syscall.SIGUSR2)
+}
+
 // pauseHolder freezes the worker whose dlock client holds the lock now
 // for pauseFor.
 func pauseHolder(ctx context.Context, topo *Topology, clients []*client) (string, error) {
@@ -419,7 +449,7 @@ func holderClient(ctx context.Context, topo *Topology, clients []*client) (*clie
 		if err != nil {
 			return err
 		}
-		v, err := topo.do(ctx, m.Addr(redisPort), "HKEYS", "verify-lock")
+		v, err := topo.do(ctx, m.Addr(redisPort), "HKEYS", lockName)
 		if err != nil {
 			return err
 		}
@@ -491,9 +521,9 @@ func failoverNote(ctx context.Context, topo *Topology, before *Proc) string {
 }
 
 // awaitNewMaster waits until the sentinels agree on a master other than
-// old; without Sentinel it waits pauseFor.
+// old; with a single server it waits pauseFor.
 func awaitNewMaster(ctx context.Context, topo *Topology, old *Proc) error {
-	if len(topo.Sentinels) == 0 {
+	if len(topo.Sentinels) == 0 && !topo.cluster {
 		sleepCtx(ctx, pauseFor)
 		return nil
 	}

@@ -52,6 +52,9 @@ func notes(r Result) string {
 			out = append(out, fmt.Sprintf("%s ×%d", n, counts[n]))
 		}
 	}
+	if r.EqualTokens > 0 {
+		out = append(out, fmt.Sprintf("%d stale writes with an equal token", r.EqualTokens))
+	}
 	if r.AcquireErrors > 0 {
 		out = append(out, fmt.Sprintf("%d acquire errors", r.AcquireErrors))
 	}

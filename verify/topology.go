@@ -107,9 +107,10 @@ type Topology struct {
 	Net       *Net
 	Ctl       *Node // the harness's own node, never partitioned
 	Servers   []*Proc
-	Sentinels []*Proc // empty for a single server
+	Sentinels []*Proc // empty for a single server and a cluster
 	Resource  *Proc
 	dir       string
+	cluster   bool // Servers are a Redis Cluster (cluster.go)
 }
 
 // StartTopology starts, in namespaces of n, a master with replicas
@@ -125,12 +126,36 @@ func StartTopology(ctx context.Context, n *Net, dir string, replicas int, sentin
 	return t, nil
 }
 
-func (t *Topology) start(ctx context.Context, replicas int, sentinel bool) error {
+// StartCluster starts, in namespaces of n, the Cluster topology (three
+// masters with a replica each, cluster.go) and the resource server, and
+// waits until the cluster is healthy. On error it kills what it started;
+// Close kills the rest.
+func StartCluster(ctx context.Context, n *Net, dir string) (*Topology, error) {
+	t := &Topology{Net: n, dir: dir, cluster: true}
+	err := t.startBase(ctx)
+	if err == nil {
+		err = t.startCluster(ctx)
+	}
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// startBase starts what every topology has: the control node and the
+// resource server.
+func (t *Topology) startBase(ctx context.Context) error {
 	var err error
 	if t.Ctl, err = t.Net.AddNode(ctx, "ctl"); err != nil {
 		return err
 	}
-	if t.Resource, err = t.startRedis(ctx, "res", ""); err != nil {
+	t.Resource, err = t.startRedis(ctx, "res", "")
+	return err
+}
+
+func (t *Topology) start(ctx context.Context, replicas int, sentinel bool) error {
+	if err := t.startBase(ctx); err != nil {
 		return err
 	}
 	master, err := t.startRedis(ctx, "r0", "")
@@ -172,6 +197,9 @@ func (t *Topology) startRedis(ctx context.Context, name, master string) (*Proc, 
 		"--protected-mode", "no", "--dir", dir, "--repl-timeout", "5", "--repl-ping-replica-period", "1"}
 	if master != "" {
 		args = append(args, "--replicaof", master, redisPort)
+	}
+	if t.cluster && name != "res" {
+		args = append(args, clusterArgs()...)
 	}
 	p := &Proc{Node: nd, bin: "redis-server", args: args, log: filepath.Join(dir, "redis.log")}
 	if err := p.Start(); err != nil {
@@ -246,8 +274,12 @@ func (t *Topology) awaitPing(ctx context.Context, addr string) error {
 }
 
 // Master returns the server that is master now: the one the sentinels
-// agree on, or the only server.
+// agree on, the master of the lock's slot in a cluster, or the only
+// server.
 func (t *Topology) Master(ctx context.Context) (*Proc, error) {
+	if t.cluster {
+		return t.clusterMaster(ctx)
+	}
 	if len(t.Sentinels) == 0 {
 		return t.Servers[0], nil
 	}
@@ -275,7 +307,8 @@ func (t *Topology) Master(ctx context.Context) (*Proc, error) {
 	return nil, fmt.Errorf("dlock/verify: master %s is no server of ours", addr)
 }
 
-// Replicas returns the servers other than m.
+// Replicas returns the servers other than m (in a cluster: the other
+// masters too).
 func (t *Topology) Replicas(m *Proc) []*Proc {
 	var out []*Proc
 	for _, p := range t.Servers {
@@ -290,6 +323,9 @@ func (t *Topology) Replicas(m *Proc) []*Proc {
 // master role, and every other server is its replica with the link up and
 // its offset caught up.
 func (t *Topology) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	if t.cluster {
+		return poll(ctx, timeout, func() error { return t.clusterHealthy(ctx) })
+	}
 	return poll(ctx, timeout, func() error {
 		m, err := t.Master(ctx)
 		if err != nil {

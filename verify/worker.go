@@ -16,11 +16,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/clock"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sys/unix"
 )
@@ -54,7 +57,8 @@ type WorkerConfig struct {
 	ID         int      // client number, for the history
 	Out        string   // history file; the client's dlock ID goes to Out+".id"
 	LockAddr   string   // a single server, or
-	Sentinels  []string // sentinel addresses of masterName
+	Sentinels  []string // sentinel addresses of masterName, or
+	Cluster    []string // the cluster's nodes
 	Resource   string   // the resource server (counter, register)
 	Name       string   // lock name
 	Workload   string
@@ -68,6 +72,7 @@ type WorkerConfig struct {
 	Overrun     time.Duration // a hold in OverrunOdds takes this long instead
 	OverrunOdds int           // one hold in OverrunOdds overruns; 0 never
 	ReplicaSync bool          // WithReplicaSync(1, time.Second)
+	ClockJump   time.Duration // SIGUSR1 moves dlock's wall clock by this, SIGUSR2 back
 }
 
 // Event is one line of a history.
@@ -146,6 +151,9 @@ func runWorker(cfgJSON string) error {
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		return err
 	}
+	if cfg.ClockJump != 0 {
+		defer jumpOnSignal(cfg.ClockJump)()
+	}
 	lockRdb := lockClient(cfg)
 	defer lockRdb.Close()
 	opts := []dlock.Option{dlock.WithWatchdogTimeout(cfg.Watchdog)}
@@ -182,10 +190,39 @@ func runWorker(cfgJSON string) error {
 	return json.NewEncoder(os.Stdout).Encode(s.out)
 }
 
-// lockClient is the go-redis client for the lock: plain or Sentinel. Its
+// jumpOnSignal moves dlock's wall clock (internal/clock) by d on SIGUSR1
+// and back on SIGUSR2, until the returned stop is called: the harness's
+// client clock jump, which libfaketime cannot make in a Go program.
+func jumpOnSignal(d time.Duration) (stop func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGUSR1 {
+					clock.Jump(d)
+				} else {
+					clock.Jump(-d)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
+}
+
+// lockClient is the go-redis client for the lock: plain, Sentinel or
+// Cluster. Its
 // read timeout stays above WithReplicaSync's WAIT timeout.
 func lockClient(cfg WorkerConfig) redis.UniversalClient {
 	const dial, read, write = time.Second, 2 * time.Second, time.Second
+	if len(cfg.Cluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster,
+			DialTimeout: dial, ReadTimeout: read, WriteTimeout: write})
+	}
 	if len(cfg.Sentinels) > 0 {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: masterName, SentinelAddrs: cfg.Sentinels,
@@ -210,15 +247,15 @@ func (s *workerState) loop(client int) {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		tok, _ := dlock.Token(hctx)
-		s.record(Event{Client: client, Op: "acquire", Mode: mode, Kind: "ok", Mono: Mono(), Token: tok})
+		fence := dlock.FenceOf(hctx)
+		s.record(Event{Client: client, Op: "acquire", Mode: mode, Kind: "ok", Mono: Mono(), Token: fence.Token})
 		s.add(func(r *WorkerResult) { r.Acquired++ })
 
 		// A holder believes it holds until it is told otherwise (its
 		// context ends) or it lets go, unless it ignores being told.
 		var told atomic.Int64
 		stopTold := context.AfterFunc(hctx, func() { told.Store(Mono()) })
-		s.critical(hctx, mode, tok)
+		s.critical(hctx, mode, fence)
 		stop := Mono()
 		stopTold()
 		if at := told.Load(); at != 0 && at < stop && s.cfg.Broken != BrokenIgnoreLost {
@@ -244,19 +281,22 @@ func (s *workerState) mode() string {
 	return ""
 }
 
-// The fenced register: a write carries its fencing token; the register
-// refuses a token lower than the highest it accepted when ARGV[2] is 1,
-// and counts the stale writes it was sent (a lower token, or the same
-// token from another owner) and those it accepted. Every accepted write is
-// logged.
+// The fenced register: a write carries its fencing token and its holder
+// (dlock.FenceOf); when ARGV[2] is 1 the register applies dlock's storage
+// check (fenced_write.lua, FencedSet): it refuses a token lower than the
+// highest it accepted, and the same token from another holder. It counts
+// the stale writes it was sent (a lower token, or the same token from
+// another holder), those among them with an equal token, and those it
+// accepted.
 var fencedWrite = redis.NewScript(`
 local max = tonumber(redis.call('hget', KEYS[1], 'max') or '0')
 local owner = redis.call('hget', KEYS[1], 'owner')
 local t = tonumber(ARGV[1])
-local stale = t < max or (t == max and owner and owner ~= ARGV[3])
-if stale then
+local equal = t == max and owner and owner ~= ARGV[3]
+if t < max or equal then
   redis.call('hincrby', KEYS[1], 'stale_attempted', 1)
-  if ARGV[2] == '1' and t < max then
+  if equal then redis.call('hincrby', KEYS[1], 'equal_attempted', 1) end
+  if ARGV[2] == '1' then
     redis.call('hincrby', KEYS[1], 'rejected', 1)
     return 0
   end
@@ -278,7 +318,7 @@ const (
 // register. The counter's SET honours the lock context unless the client
 // ignores lost locks. The register write does not: it stands for a write
 // already on its way when the lease ran out, the case fencing is for.
-func (s *workerState) critical(hctx context.Context, mode string, tok int64) {
+func (s *workerState) critical(hctx context.Context, mode string, fence dlock.Fence) {
 	d := s.cfg.Critical
 	if s.cfg.OverrunOdds > 0 && rand.IntN(s.cfg.OverrunOdds) == 0 {
 		d = s.cfg.Overrun
@@ -296,13 +336,13 @@ func (s *workerState) critical(hctx context.Context, mode string, tok int64) {
 		return
 	}
 	sleepCtx(ctx, d)
-	if tok > 0 {
+	if fence.Token > 0 {
 		check := "1"
 		if s.cfg.Broken == BrokenUnfenced {
 			check = "0"
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(hctx), 2*time.Second)
-		fencedWrite.Run(wctx, s.res, []string{registerKey}, tok, check, fmt.Sprint(s.cfg.ID)).Err()
+		fencedWrite.Run(wctx, s.res, []string{registerKey}, fence.Token, check, fence.Holder).Err()
 		cancel()
 	}
 	err = s.res.Set(ctx, counterKey, n+1, 0).Err()

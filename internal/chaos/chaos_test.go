@@ -272,8 +272,7 @@ func TestPausedHolder(t *testing.T) {
 	t.Logf("second client acquired %v after the freeze", time.Since(start))
 	res := e.resource.Client()
 	defer res.Close()
-	tok, _ := dlock.Token(lctx)
-	if err := dlock.FencedSet(ctx, res, tok, fenceKey, "new holder", 0); err != nil {
+	if err := dlock.FencedSet(ctx, res, dlock.FenceOf(lctx), fenceKey, "new holder", 0); err != nil {
 		t.Fatalf("new holder's write: %v", err)
 	}
 	if err := m.Unlock(lctx); err != nil {

@@ -228,7 +228,7 @@ func critical(ctx context.Context, rdb *redis.Client, cfg workerConfig, h *histo
 	pause(cfg.Critical)
 	if cfg.Fenced {
 		h.WriteStart = history.Now()
-		err := dlock.FencedSet(ctx, rdb, h.Token, fenceKey, h.Owner, 0)
+		err := dlock.FencedSet(ctx, rdb, dlock.Fence{Token: h.Token, Holder: h.Owner}, fenceKey, h.Owner, 0)
 		h.WriteEnd, h.Accepted = history.Now(), err == nil
 		if errors.Is(err, dlock.ErrStaleToken) {
 			return 0, 1
@@ -285,7 +285,7 @@ func pausedHolder(ctx context.Context, m *dlock.Mutex, rdb *redis.Client) error 
 		cause = context.Cause(lctx)
 	case <-time.After(5 * time.Second):
 	}
-	err = dlock.FencedSet(ctx, rdb, tokenOf(lctx), fenceKey, "paused", 0)
+	err = dlock.FencedSet(ctx, rdb, dlock.FenceOf(lctx), fenceKey, "paused", 0)
 	if err != nil && !errors.Is(err, dlock.ErrStaleToken) {
 		return err
 	}

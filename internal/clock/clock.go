@@ -1,0 +1,26 @@
+// Package clock is dlock's seam on the local wall clock. dlock's locks do
+// not read it for anything that matters (lease deadlines are on Go's
+// monotonic clock, the fair lock's waiter deadlines on the server's TIME);
+// the one place that does is the PermitSemaphore, which sends the client's
+// wall-clock time to Redis as Redisson's RPermitExpirableSemaphore does
+// (permit expiries, and the time against which expired permits are
+// reclaimed). It reads it through Offset, so that the verify/ harness can
+// jump one client's clock without changing the machine's: libfaketime
+// does not reach Go programs, which read the clock through the vDSO.
+// Outside the harness the offset stays 0.
+package clock
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+var offset atomic.Int64
+
+// Offset returns how far Jump has moved this process's wall clock as
+// dlock reads it.
+func Offset() time.Duration { return time.Duration(offset.Load()) }
+
+// Jump moves this process's wall clock, as dlock reads it, by d (back when
+// d is negative), as a clock step (NTP, a VM resumed, an operator) would.
+func Jump(d time.Duration) { offset.Add(int64(d)) }
