@@ -543,3 +543,59 @@ func TestDeadlockIdle(t *testing.T) {
 	}
 	idleFor("after the wait ended")
 }
+
+// BenchmarkDeadlockCheckKeyspace measures one Deadlocks call (what each
+// check reads) with one recorded wait, on a server of its own that holds
+// a million unrelated keys: the check must cost what the waits cost, not
+// what the keyspace holds.
+func BenchmarkDeadlockCheckKeyspace(b *testing.B) {
+	for _, keys := range []int{0, 1_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			srv := redistest.NewServer(b)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			ctx := context.Background()
+			for from := 0; from < keys; from += 50_000 { // short scripts: the server stays responsive
+				if err := rdb.Eval(ctx, "for i = ARGV[1], ARGV[2] do redis.call('set', 'unrelated:' .. i, i) end return 1", nil, from+1, min(from+50_000, keys)).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ca, cb := newClient(b, rdb, WithDeadlockDetection(0)), newClient(b, rdb)
+			l1, l2a, l2b := mustMutex(b, ca, "keyspace:1"), mustMutex(b, ca, "keyspace:2"), mustMutex(b, cb, "keyspace:2")
+			held, other := mustLock(b, ctx, l1), mustLock(b, ctx, l2b)
+			done := make(chan error, 1)
+			go func() {
+				lctx, err := l2a.Lock(held)
+				if err == nil {
+					err = l2a.Unlock(lctx)
+				}
+				done <- err
+			}()
+			checker := newClient(b, rdb)
+			eventually(b, 10*time.Second, func() error { // the wait is recorded
+				if n, err := rdb.DBSize(ctx).Result(); err != nil || n < int64(keys) {
+					return fmt.Errorf("dbsize %d (%v)", n, err)
+				}
+				if d, err := checker.Deadlocks(ctx); err != nil || len(d) != 0 {
+					return fmt.Errorf("deadlocks %v, %v", d, err)
+				}
+				if !exists(b, rdb, layout.WaitsPrefix+ca.id) {
+					return errors.New("the wait is not recorded yet")
+				}
+				return nil
+			})
+			b.ResetTimer()
+			for range b.N {
+				if _, err := checker.Deadlocks(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			_ = l2b.Unlock(other)
+			if err := recv(b, done, 10*time.Second, "the wait"); err != nil {
+				b.Fatal(err)
+			}
+			_ = l1.Unlock(held)
+		})
+	}
+}
