@@ -831,6 +831,13 @@ m "elect: --on-loss recampaign exits" cmd/dlock/cmd_elect.go \
   'if a.onLoss != "recampaign" {' \
   'if true {' \
   ./cmd/dlock '^TestElectOnLoss$/^recampaign$'
+# dlock deadlocks exits with its own status when it finds a cycle.
+m "deadlocks: exit 0 on a cycle" cmd/dlock/cmd_deadlocks.go \
+  '	if len(found) > 0 {
+		return exitf(exitDeadlock' \
+  '	if false {
+		return exitf(exitDeadlock' \
+  ./cmd/dlock '^TestDeadlocks$'
 # The youngest waiter of a cycle backs off, not another one.
 m "deadlock: cycle check skips the youngest" deadlock.go \
   '		y := youngest(d)
