@@ -18,7 +18,7 @@ import (
 )
 
 // deadlockEvery is the check interval of the dlock-deadlock row.
-const deadlockEvery = 100 * time.Millisecond
+const deadlockEvery = 20 * time.Millisecond
 
 // deadlockLocker is a dlock Mutex on a Client WithDeadlockDetection whose
 // waiters each hold a lock of their own (taken once, kept for the run),

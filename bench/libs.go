@@ -85,7 +85,7 @@ var libs = []lib{
 	},
 	{
 		id:       "dlock-deadlock",
-		settings: "`Mutex`, watchdog lease (30 s), `WithDeadlockDetection(100ms)`, each waiter holding a lock of its own",
+		settings: "`Mutex`, watchdog lease (30 s), `WithDeadlockDetection(20ms)`, each waiter holding a lock of its own",
 		open:     openDlockDeadlock,
 	},
 	{

@@ -871,6 +871,11 @@ m "deadlock: wait loop runs while idle" deadlock.go \
   'if written != 0 || len(ws.current) > 0 || ws.stop == nil {' \
   'if true {' \
   . '^(TestDeadlockIdle)$'
+# Only the youngest waiter of a cycle found is failed: no false positive.
+m "deadlock: every waiter taken for a victim" deadlock.go \
+  '		found := victims[w.field]' \
+  '		found := true' \
+  . '^(TestDeadlockNoFalsePositive)$'
 # A deadlock victim's error does not claim that a context ended.
 m "deadlock: victim's error wraps context.Canceled" deadlock.go \
   'ErrDeadlock, h.name, owner, ErrNotObtained)' \
