@@ -35,7 +35,10 @@ import (
 // ErrDeadlock is returned by a Lock that WithDeadlockDetection found in a
 // wait-for cycle, of which it was the youngest waiter: it gives up so
 // that the others can go on. Its owner should release the locks it holds
-// and try again.
+// and try again. The error wraps ErrDeadlock and ErrNotObtained, and
+// never context.Canceled or context.DeadlineExceeded: no context of the
+// caller ended, and code that takes those for "the caller gave up" (and
+// stops rather than retries) must not see them.
 var ErrDeadlock = errors.New("dlock: deadlock")
 
 // minDeadlockInterval bounds how often waiting Locks look for cycles.
@@ -52,9 +55,11 @@ const minDeadlockInterval = 10 * time.Millisecond
 // that has just ended (its record not yet removed) is not taken for one.
 // The cost: while such an owner waits, one write when its wait starts and
 // one when it ends, the record's refresh every third of the watchdog
-// timeout, and, with an interval, one scan of the wait records and a read
-// of the waited-for locks per interval per Client. In the Client, every
-// Lock is observed as with WithObserver (a small allocation per call).
+// timeout, and, with an interval, one read of the wait records (through
+// their index: it costs what the recorded waits cost, not what the
+// keyspace holds) and of the waited-for locks per interval per Client. A
+// Client without waits sends nothing. In the Client, every Lock is
+// observed as with WithObserver (a small allocation per call).
 func WithDeadlockDetection(interval time.Duration) Option {
 	return func(c *config) { c.deadlocks = &deadlockConfig{every: interval} }
 }
@@ -99,7 +104,8 @@ type ownerWait struct {
 }
 
 // waits is a Client's record of its owners' waits, kept in Redis by one
-// goroutine, which also looks for cycles.
+// goroutine, which also looks for cycles; it runs only while there are
+// waits (or their record is still to be deleted).
 type waits struct {
 	c       *Client
 	every   time.Duration
@@ -108,10 +114,14 @@ type waits struct {
 
 	mu      sync.Mutex
 	current map[*ownerWait]bool
-	stop    context.CancelFunc // nil until the loop started, and after close
-	done    chan struct{}
+	stop    context.CancelFunc // the running loop's; nil while none runs
+	done    chan struct{}      // closed when the last loop started returned
 	closed  bool
 }
+
+// writeRetryMin is the first pause before a failed write of the wait
+// record is tried again; the pause doubles up to the refresh period.
+const writeRetryMin = 50 * time.Millisecond
 
 func newWaits(c *Client, cfg *deadlockConfig) *waits {
 	return &waits{c: c, every: cfg.every, key: layout.WaitsPrefix + c.id, changed: make(chan struct{}, 1),
@@ -144,8 +154,9 @@ func (ws *waits) lock(ctx context.Context, h *handle) (context.Context, error) {
 	lockCtx, err := h.lock(context.WithValue(wctx, waitKey{h.c}, w))
 	ws.end(w)
 	if err != nil && errors.Is(context.Cause(wctx), ErrDeadlock) && ctx.Err() == nil {
-		return nil, fmt.Errorf("%w: %q: %s waits for it in a wait-for cycle, as its youngest waiter: %w",
-			ErrDeadlock, h.name, owner, err)
+		// Not err, which wraps the ended wctx: the caller's ctx did not end.
+		return nil, fmt.Errorf("%w: %q: %s waits for it in a wait-for cycle, as its youngest waiter (%w)",
+			ErrDeadlock, h.name, owner, ErrNotObtained)
 	}
 	return lockCtx, err
 }
@@ -191,15 +202,19 @@ func (ws *waits) startLocked() {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	ws.stop, ws.done = stop, make(chan struct{})
-	go ws.loop(ctx)
+	go ws.loop(ctx, ws.done)
 }
 
-// loop writes the record when the waits change, refreshes it every third
-// of the watchdog timeout while there are waits, and looks for cycles
-// every interval while there are waits.
-func (ws *waits) loop(ctx context.Context) {
-	defer close(ws.done)
-	refresh := time.NewTicker(ws.c.cfg.watchdogTimeout / 3)
+// loop keeps the record in Redis while the Client has waits: it writes it
+// when the waits change, again soon after a write failed (not only at the
+// next change or refresh), and every third of the watchdog timeout; with
+// an interval it looks for cycles every interval. It returns once there
+// are no waits and their record is deleted, so that an idle Client sends
+// no commands.
+func (ws *waits) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	every := ws.c.cfg.watchdogTimeout / 3
+	refresh := time.NewTicker(every)
 	defer refresh.Stop()
 	var check <-chan time.Time
 	if ws.every > 0 {
@@ -207,22 +222,56 @@ func (ws *waits) loop(ctx context.Context) {
 		defer t.Stop()
 		check = t.C
 	}
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	var retryC <-chan time.Time // retry.C while a failed write waits
+	pause := writeRetryMin
+	written := -1 // the waits in the record as last written; -1: unknown
 	for {
+		write := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-ws.changed:
-			ws.write(ctx)
+			write = true
 		case <-refresh.C:
-			if len(ws.snapshot()) > 0 {
-				ws.write(ctx)
-			}
+			write = true
+		case <-retryC:
+			write = true
 		case <-check:
 			if len(ws.snapshot()) > 0 {
 				ws.check(ctx)
 			}
 		}
+		if write {
+			n, err := ws.write(ctx)
+			switch {
+			case err == nil:
+				written, retryC, pause = n, nil, writeRetryMin
+			case ctx.Err() == nil:
+				ws.c.cfg.logger.Debug("dlock: wait record not written; retrying", "key", ws.key, "in", pause, "error", err)
+				written = -1
+				retry.Reset(pause)
+				retryC, pause = retry.C, min(2*pause, every)
+			}
+		}
+		if ws.idle(written) {
+			return
+		}
 	}
+}
+
+// idle reports whether the loop can return: no waits, and none in Redis.
+// It then marks the loop as stopped, so that the next wait starts one.
+func (ws *waits) idle(written int) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if written != 0 || len(ws.current) > 0 || ws.stop == nil {
+		return false
+	}
+	ws.stop()
+	ws.stop = nil
+	return true
 }
 
 // snapshot returns the waits recorded now.
@@ -236,16 +285,45 @@ func (ws *waits) snapshot() []*ownerWait {
 	return out
 }
 
-// waitsWrite replaces a Client's wait record: KEYS[1] the record; ARGV[1]
-// its TTL in milliseconds, ARGV[2] how many field, value pairs follow.
+// waitsWrite replaces a Client's wait record and its entry in the index:
+// KEYS[1] the record, KEYS[2] the index; ARGV[1] the record's TTL in
+// milliseconds, ARGV[2] the Client's id, ARGV[3] how many field, value
+// pairs follow. The entry is scored by the record's expiry on the
+// server's clock; entries whose record expired without being deleted (a
+// Client killed) are pruned by every write, and the index expires with
+// its last entry.
 var waitsWrite = redis.NewScript(`
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 redis.call('del', KEYS[1])
-local n = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
 if n > 0 then
-  redis.call('hset', KEYS[1], unpack(ARGV, 3, 2 + 2 * n))
+  redis.call('hset', KEYS[1], unpack(ARGV, 4, 3 + 2 * n))
   redis.call('pexpire', KEYS[1], ARGV[1])
+  redis.call('zadd', KEYS[2], now + tonumber(ARGV[1]), ARGV[2])
+else
+  redis.call('zrem', KEYS[2], ARGV[2])
+end
+local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores')
+if last[2] then
+  redis.call('pexpireat', KEYS[2], last[2])
 end
 return 1`)
+
+// waitsRead returns the values of every live wait record: KEYS[1] the
+// index; ARGV[1] the records' prefix. It reads only the records the index
+// names with an expiry still ahead, so its cost is that of the waits.
+var waitsRead = redis.NewScript(`
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, id in ipairs(redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf')) do
+  for _, v in ipairs(redis.call('hvals', ARGV[1] .. id)) do
+    out[#out + 1] = v
+  end
+end
+return out`)
 
 // waitRecord is a wait's value in the record.
 type waitRecord struct {
@@ -256,19 +334,18 @@ type waitRecord struct {
 }
 
 // write replaces the Client's record with the waits recorded now (or
-// deletes it when there are none), giving up at the next refresh.
-func (ws *waits) write(ctx context.Context) {
+// deletes it when there are none), bounded by a third of the watchdog
+// timeout. It returns how many waits it wrote.
+func (ws *waits) write(ctx context.Context) (int, error) {
 	cur := ws.snapshot()
-	args := []any{millis(ws.c.cfg.watchdogTimeout), len(cur)}
+	args := []any{millis(ws.c.cfg.watchdogTimeout), ws.c.id, len(cur)}
 	for _, w := range cur {
 		b, _ := json.Marshal(waitRecord{Owner: w.owner, Lock: w.lock, Kind: w.kind, Since: w.since.UnixMilli()})
 		args = append(args, w.field, string(b))
 	}
 	ctx, cancel := context.WithTimeout(ctx, ws.c.cfg.watchdogTimeout/3)
 	defer cancel()
-	if err := waitsWrite.Run(ctx, ws.c.rdb, []string{ws.key}, args...).Err(); err != nil && ctx.Err() == nil {
-		ws.c.cfg.logger.Debug("dlock: wait record not written; retried at the next change or refresh", "key", ws.key, "error", err)
-	}
+	return len(cur), waitsWrite.Run(ctx, ws.c.rdb, []string{ws.key, layout.WaitsIndex}, args...).Err()
 }
 
 // check looks for cycles and fails the Lock of each wait of this Client
@@ -306,7 +383,7 @@ func youngest(d Deadlock) Wait {
 	})
 }
 
-// close stops the loop and deletes the record.
+// close stops the loop and, if it ran, deletes the record and its entry.
 func (ws *waits) close() {
 	if ws == nil {
 		return
@@ -315,24 +392,31 @@ func (ws *waits) close() {
 	ws.closed = true
 	stop, done := ws.stop, ws.done
 	ws.stop = nil
+	clear(ws.current)
 	ws.mu.Unlock()
-	if stop == nil {
+	if done == nil {
 		return
 	}
-	stop()
+	if stop != nil {
+		stop()
+	}
 	<-done
+	if stop == nil {
+		return // the loop deleted the record before it returned
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, ws.c.cfg.watchdogTimeout))
 	defer cancel()
-	_ = ws.c.rdb.Del(ctx, ws.key).Err()
+	_, _ = ws.write(ctx)
 }
 
 // Deadlocks returns the wait-for cycles among the owners of every Client
 // that records its waits (WithDeadlockDetection), on any host: each
 // cycle once, its waits in order, starting with the youngest. The
-// Client calling it needs no option. It scans the keys
-// dlock:waits:* (every master of a cluster), reads the locks waited for
-// and the holder records of the owners in a cycle. A wait that has just
-// ended may still be recorded: a cycle found once can be a passing one.
+// Client calling it needs no option. It reads the wait records through
+// their index (one script call, whatever else the database holds), the
+// locks waited for and the holder records of the owners in a cycle. A
+// wait that has just ended may still be recorded: a cycle found once can
+// be a passing one.
 func (c *Client) Deadlocks(ctx context.Context) ([]Deadlock, error) {
 	if c == nil || ctx == nil {
 		return nil, fmt.Errorf("%w: nil client or context", ErrInvalidOption)
@@ -441,36 +525,21 @@ func cyclesOf(nodes []string, next func(string) []string) [][]string {
 	return out
 }
 
-// readWaits returns every recorded wait: the records dlock:waits:* on
-// every master.
+// readWaits returns every recorded wait: the live records the index
+// names (one slot, so one node of a cluster).
 func (c *Client) readWaits(ctx context.Context) ([]Wait, error) {
-	var mu sync.Mutex
+	vals, err := waitsRead.Run(ctx, c.rdb, []string{layout.WaitsIndex}, layout.WaitsPrefix).StringSlice()
+	if err != nil {
+		return nil, err
+	}
 	var out []Wait
-	read := func(ctx context.Context, rdb redis.Cmdable) error {
-		iter := rdb.Scan(ctx, 0, layout.WaitsPrefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			m, err := rdb.HGetAll(ctx, iter.Val()).Result()
-			if err != nil {
-				return err
-			}
-			for _, v := range m {
-				var r waitRecord
-				if json.Unmarshal([]byte(v), &r) == nil && r.Owner != "" {
-					mu.Lock()
-					out = append(out, Wait{Owner: r.Owner, Lock: r.Lock, Kind: r.Kind, Since: time.UnixMilli(r.Since)})
-					mu.Unlock()
-				}
-			}
+	for _, v := range vals {
+		var r waitRecord
+		if json.Unmarshal([]byte(v), &r) == nil && r.Owner != "" {
+			out = append(out, Wait{Owner: r.Owner, Lock: r.Lock, Kind: r.Kind, Since: time.UnixMilli(r.Since)})
 		}
-		return iter.Err()
 	}
-	var err error
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return read(ctx, m) })
-	} else {
-		err = read(ctx, c.rdb)
-	}
-	return out, err
+	return out, nil
 }
 
 // readHolders returns, per lock waited for, its holders: the owner fields

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -113,7 +114,8 @@ func TestDeadlockReported(t *testing.T) {
 
 // TestDeadlockBroken: with a check interval, the youngest waiter of the
 // cycle (b, which started waiting last) fails with ErrDeadlock within a
-// few intervals; a, the other, gets its lock once b let go.
+// few intervals, an error that is neither context.Canceled nor
+// DeadlineExceeded; a, the other, gets its lock once b let go.
 func TestDeadlockBroken(t *testing.T) {
 	const every = 100 * time.Millisecond
 	ca := newClient(t, nil, WithDeadlockDetection(every))
@@ -123,6 +125,10 @@ func TestDeadlockBroken(t *testing.T) {
 	err := recv(t, x.bDone, 10*time.Second, "b failing in the deadlock")
 	if !errors.Is(err, ErrDeadlock) || !errors.Is(err, ErrNotObtained) {
 		t.Fatalf("b's Lock: %v, want ErrDeadlock and ErrNotObtained", err)
+	}
+	// No ctx of b ended: the error must not say so (ErrDeadlock's contract).
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || x.b.Err() != nil {
+		t.Errorf("b's Lock: %v: claims a context ended (b's lock context: %v)", err, x.b.Err())
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("broken after %v, check interval %v", d, every)
@@ -317,5 +323,279 @@ func TestCyclesOf(t *testing.T) {
 	want := [][]string{{"a", "b", "c"}, {"b", "d"}}
 	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
 		t.Errorf("cycles %v, want %v", got, want)
+	}
+}
+
+// nestedWait makes an owner of ca, holding lock name:1, wait for name:2,
+// which cb holds; it returns once ca has the wait in memory (its record
+// may not be written yet), and a function that ends the wait (cb lets go,
+// the owner gets name:2) and releases both locks.
+func nestedWait(t *testing.T, ca, cb *Client, name string) (end func()) {
+	t.Helper()
+	ctx := boundedCtx(t, 60*time.Second)
+	l1, l2a, l2b := mustMutex(t, ca, name+":1"), mustMutex(t, ca, name+":2"), mustMutex(t, cb, name+":2")
+	held, other := mustLock(t, ctx, l1), mustLock(t, ctx, l2b)
+	done := make(chan error, 1)
+	go func() {
+		lctx, err := l2a.Lock(held)
+		if err == nil {
+			err = l2a.Unlock(lctx)
+		}
+		done <- err
+	}()
+	eventually(t, 10*time.Second, func() error {
+		if n := len(ca.waits.snapshot()); n != 1 {
+			return fmt.Errorf("%d waits recorded in memory, want 1", n)
+		}
+		return nil
+	})
+	return func() {
+		t.Helper()
+		if err := l2b.Unlock(other); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, done, 10*time.Second, "the nested wait"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l1.Unlock(held); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// serverMillis returns the server's clock in Unix milliseconds.
+func serverMillis(t testing.TB, rdb redis.Cmdable) int64 {
+	t.Helper()
+	now, err := rdb.Time(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMilli()
+}
+
+// TestDeadlockIndexPruned: the wait records are found through their
+// index, not a SCAN. An entry whose record expired without being deleted
+// (its Client was killed) is pruned by the next write of any Client, a
+// live entry is scored with its record's expiry, and the index expires
+// with its last entry; an ended wait takes its entry out at once.
+func TestDeadlockIndexPruned(t *testing.T) {
+	srv := redistest.NewServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := t.Context()
+	const ghost = "killed-client"
+	if err := rdb.ZAdd(ctx, layout.WaitsIndex, redis.Z{Score: float64(serverMillis(t, rdb) - 1000), Member: ghost}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ca := newClient(t, rdb, WithDeadlockDetection(0))
+	cb := newClient(t, rdb)
+	end := nestedWait(t, ca, cb, "pruned")
+	eventually(t, 10*time.Second, func() error {
+		if !exists(t, rdb, layout.WaitsPrefix+ca.id) {
+			return errors.New("wait record not written")
+		}
+		return nil
+	})
+	entries, err := rdb.ZRangeWithScores(ctx, layout.WaitsIndex, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Member != ca.id {
+		t.Fatalf("index %+v, want only %s (the killed Client's entry pruned)", entries, ca.id)
+	}
+	recordTTL, indexTTL := pttl(t, rdb, layout.WaitsPrefix+ca.id), pttl(t, rdb, layout.WaitsIndex)
+	if left := int64(entries[0].Score) - serverMillis(t, rdb); recordTTL <= 0 || indexTTL <= 0 ||
+		(indexTTL-recordTTL).Abs() > time.Second || (time.Duration(left)*time.Millisecond-recordTTL).Abs() > time.Second {
+		t.Errorf("record TTL %v, index TTL %v, entry expires in %d ms: want all the same", recordTTL, indexTTL, left)
+	}
+	if waits, err := ca.readWaits(ctx); err != nil || len(waits) != 1 {
+		t.Errorf("read %+v, %v: want the one wait", waits, err)
+	}
+	end()
+	eventually(t, 10*time.Second, func() error {
+		if n, err := rdb.Exists(ctx, layout.WaitsIndex, layout.WaitsPrefix+ca.id).Result(); err != nil || n != 0 {
+			return fmt.Errorf("%d of index and record left (%v)", n, err)
+		}
+		return nil
+	})
+}
+
+// logBuffer collects a Client's log, Debug included.
+func logBuffer() (*syncBuffer, Option) {
+	var buf syncBuffer
+	return &buf, WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+}
+
+// TestDeadlockWriteRetried: a wait record whose write failed is written
+// again within moments, not at the next change or refresh (20 s here).
+func TestDeadlockWriteRetried(t *testing.T) {
+	srv := redistest.NewServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := t.Context()
+	if err := rdb.Set(ctx, layout.WaitsIndex, "not a sorted set", 0).Err(); err != nil { // every write fails: WRONGTYPE
+		t.Fatal(err)
+	}
+	logs, logTo := logBuffer()
+	ca := newClient(t, rdb, WithDeadlockDetection(0), WithWatchdogTimeout(time.Minute), logTo)
+	cb := newClient(t, rdb)
+	end := nestedWait(t, ca, cb, "retried")
+	eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(logs.String(), "wait record not written") {
+			return fmt.Errorf("no failed write logged: %q", logs.String())
+		}
+		return nil
+	})
+	if err := rdb.Del(ctx, layout.WaitsIndex).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 10*time.Second, func() error {
+		if !exists(t, rdb, layout.WaitsPrefix+ca.id) {
+			return errors.New("wait record not written again")
+		}
+		return nil
+	})
+	t.Logf("written %v after the cause of the failure went", time.Since(start).Round(time.Millisecond))
+	end()
+}
+
+// countWaitCommands is a go-redis hook counting the commands that name a
+// wait record or the index.
+type countWaitCommands struct{ n *atomic.Int64 }
+
+func (h countWaitCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countWaitCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countWaitCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h countWaitCommands) count(cmd redis.Cmder) {
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.HasPrefix(s, layout.WaitsIndex) {
+			h.n.Add(1)
+			return
+		}
+	}
+}
+
+// TestDeadlockIdle: a Client with detection that has no waits sends no
+// wait-record or check commands, and its loop is not running: before its
+// first wait, and after its last one ended (the record deleted). The
+// refresh (every 100 ms here) and the check (every 20 ms) would show
+// within the second watched.
+func TestDeadlockIdle(t *testing.T) {
+	var sent atomic.Int64
+	rdb := newRedis(t)
+	rdb.AddHook(countWaitCommands{&sent})
+	ca := newClient(t, rdb, WithDeadlockDetection(20*time.Millisecond), WithWatchdogTimeout(300*time.Millisecond))
+	cb := newClient(t, nil)
+	idleFor := func(what string) {
+		t.Helper()
+		before := sent.Load()
+		time.Sleep(time.Second) // the window watched: nothing may happen in it
+		if n := sent.Load() - before; n != 0 {
+			t.Errorf("%s: %d commands on the wait records in a second", what, n)
+		}
+		ca.waits.mu.Lock()
+		running := ca.waits.stop != nil
+		ca.waits.mu.Unlock()
+		if running {
+			t.Errorf("%s: the wait loop runs", what)
+		}
+	}
+	m := mustMutex(t, ca, lockName(t)+":alone")
+	lctx := mustLock(t, t.Context(), m) // the Client is in use, uncontended
+	if err := m.Unlock(lctx); err != nil {
+		t.Fatal(err)
+	}
+	idleFor("before any wait")
+	end := nestedWait(t, ca, cb, lockName(t))
+	eventually(t, 10*time.Second, func() error {
+		if sent.Load() < 2 {
+			return fmt.Errorf("%d commands on the wait records, want a write and a check", sent.Load())
+		}
+		return nil
+	})
+	end()
+	eventually(t, 10*time.Second, func() error {
+		ca.waits.mu.Lock()
+		defer ca.waits.mu.Unlock()
+		if ca.waits.stop != nil {
+			return errors.New("the wait loop still runs")
+		}
+		return nil
+	})
+	if exists(t, rdb, layout.WaitsPrefix+ca.id) {
+		t.Error("the wait record is left after the wait ended")
+	}
+	idleFor("after the wait ended")
+}
+
+// BenchmarkDeadlockCheckKeyspace measures one Deadlocks call (what each
+// check reads) with one recorded wait, on a server of its own that holds
+// a million unrelated keys: the check must cost what the waits cost, not
+// what the keyspace holds.
+func BenchmarkDeadlockCheckKeyspace(b *testing.B) {
+	for _, keys := range []int{0, 1_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			srv := redistest.NewServer(b)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer rdb.Close()
+			ctx := context.Background()
+			for from := 0; from < keys; from += 50_000 { // short scripts: the server stays responsive
+				if err := rdb.Eval(ctx, "for i = ARGV[1], ARGV[2] do redis.call('set', 'unrelated:' .. i, i) end return 1", nil, from+1, min(from+50_000, keys)).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ca, cb := newClient(b, rdb, WithDeadlockDetection(0)), newClient(b, rdb)
+			l1, l2a, l2b := mustMutex(b, ca, "keyspace:1"), mustMutex(b, ca, "keyspace:2"), mustMutex(b, cb, "keyspace:2")
+			held, other := mustLock(b, ctx, l1), mustLock(b, ctx, l2b)
+			done := make(chan error, 1)
+			go func() {
+				lctx, err := l2a.Lock(held)
+				if err == nil {
+					err = l2a.Unlock(lctx)
+				}
+				done <- err
+			}()
+			checker := newClient(b, rdb)
+			eventually(b, 10*time.Second, func() error { // the wait is recorded
+				if n, err := rdb.DBSize(ctx).Result(); err != nil || n < int64(keys) {
+					return fmt.Errorf("dbsize %d (%v)", n, err)
+				}
+				if d, err := checker.Deadlocks(ctx); err != nil || len(d) != 0 {
+					return fmt.Errorf("deadlocks %v, %v", d, err)
+				}
+				if !exists(b, rdb, layout.WaitsPrefix+ca.id) {
+					return errors.New("the wait is not recorded yet")
+				}
+				return nil
+			})
+			b.ResetTimer()
+			for range b.N {
+				if _, err := checker.Deadlocks(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			_ = l2b.Unlock(other)
+			if err := recv(b, done, 10*time.Second, "the wait"); err != nil {
+				b.Fatal(err)
+			}
+			_ = l1.Unlock(held)
+		})
 	}
 }

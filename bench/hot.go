@@ -3,12 +3,14 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,6 +34,7 @@ type hotWorkerResult struct {
 	Pending    []int64
 	RoundTrips int64 // counted by the clients' hooks in [T0, T1)
 	Errors     int
+	Deadlocks  int // Locks failed with dlock.ErrDeadlock: false positives
 	FirstError string
 	CPU        time.Duration // CPU time the process used in [T0, T1)
 }
@@ -81,7 +84,7 @@ func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 			wg.Go(func() {
 				var events []acqEvent
 				var pending []int64
-				errs, first := 0, ""
+				errs, first, deadlocks := 0, "", 0
 				for ctx.Err() == nil {
 					start := monoNow()
 					unlock, err := lk.lock(ctx, hotKey)
@@ -92,6 +95,9 @@ func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 						}
 						if errs++; first == "" {
 							first = err.Error()
+						}
+						if errors.Is(err, dlock.ErrDeadlock) {
+							deadlocks++
 						}
 						time.Sleep(j.Think)
 						continue
@@ -112,6 +118,7 @@ func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 				res.Events = append(res.Events, events...)
 				res.Pending = append(res.Pending, pending...)
 				res.Errors += errs
+				res.Deadlocks += deadlocks
 				if res.FirstError == "" {
 					res.FirstError = first
 				}
@@ -145,6 +152,7 @@ type hotResult struct {
 	MinPerG, MaxPerG                 int // acquisitions per goroutine
 	Left                             footprint
 	Errors                           int
+	Deadlocks                        int // Locks failed with dlock.ErrDeadlock
 	FirstError                       string
 	Rounds                           []float64 // acquisitions/s of every round
 }
@@ -194,7 +202,7 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 	}
 
 	r := &hotResult{Lib: l.id, Hook: l.hook, Window: time.Duration(t1 - t0), Left: left,
-		Errors: w.Errors, FirstError: w.FirstError, ClientCPU: w.CPU}
+		Errors: w.Errors, Deadlocks: w.Deadlocks, FirstError: w.FirstError, ClientCPU: w.CPU}
 	analyzeHot(r, w.Events, w.Pending, t0, t1, cfg.clients*cfg.perClient)
 	d := s1.delta(s0)
 	r.RedisCPU = d.cpu

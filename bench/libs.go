@@ -84,6 +84,11 @@ var libs = []lib{
 		},
 	},
 	{
+		id:       "dlock-deadlock",
+		settings: "`Mutex`, watchdog lease (30 s), `WithDeadlockDetection(20ms)`, each waiter holding a lock of its own",
+		open:     openDlockDeadlock,
+	},
+	{
 		id:       "redsync",
 		settings: "one pool (go-redis v9), expiry 30 s, default retry delay rand(50–250 ms), tries unlimited",
 		open:     openRedsync,

@@ -441,6 +441,7 @@ func (r *report) writeHot(w writer, out string) {
 		{"round trips/acq", true, func(i int) float64 { return hs[i].RoundTrips }, f2},
 		{"Redis CPU/acq", true, func(i int) float64 { return cpuPer(hs[i].RedisCPU, float64(hs[i].Acq)) }, fmtNs},
 	}))
+	r.writeDeadlockNote(w)
 	if r.png != "" {
 		link := r.png
 		if out != "" {

@@ -845,6 +845,13 @@ m "elect: --on-loss recampaign exits" cmd/dlock/cmd_elect.go \
   'if a.onLoss != "recampaign" {' \
   'if true {' \
   ./cmd/dlock '^TestElectOnLoss$/^recampaign$'
+# dlock deadlocks exits with its own status when it finds a cycle.
+m "deadlocks: exit 0 on a cycle" cmd/dlock/cmd_deadlocks.go \
+  '	if len(found) > 0 {
+		return exitf(exitDeadlock' \
+  '	if false {
+		return exitf(exitDeadlock' \
+  ./cmd/dlock '^TestDeadlocks$'
 # The youngest waiter of a cycle backs off, not another one.
 m "deadlock: cycle check skips the youngest" deadlock.go \
   '		y := youngest(d)
@@ -863,6 +870,31 @@ m "deadlock: wait record kept after the Lock returned" deadlock.go \
 		ws.poke()' \
   '		ws.poke()' \
   . '^(TestDeadlockReported)$'
+# An index entry whose record expired without being deleted is pruned.
+m "deadlock: index not pruned" deadlock.go \
+  "redis.call('zremrangebyscore', KEYS[2], '-inf', now)" \
+  "" \
+  . '^(TestDeadlockIndexPruned)$'
+# A failed write of the wait record is tried again soon.
+m "deadlock: failed wait-record write not retried" deadlock.go \
+  'retryC, pause = retry.C, min(2*pause, every)' \
+  'pause = min(2*pause, every)' \
+  . '^(TestDeadlockWriteRetried)$'
+# The wait loop stops when the Client has no waits.
+m "deadlock: wait loop runs while idle" deadlock.go \
+  'if written != 0 || len(ws.current) > 0 || ws.stop == nil {' \
+  'if true {' \
+  . '^(TestDeadlockIdle)$'
+# Only the youngest waiter of a cycle found is failed: no false positive.
+m "deadlock: every waiter taken for a victim" deadlock.go \
+  '		found := victims[w.field]' \
+  '		found := true' \
+  ./internal/chaos '^TestDeadlockDetection$'
+# A deadlock victim's error does not claim that a context ended.
+m "deadlock: victim's error wraps context.Canceled" deadlock.go \
+  'ErrDeadlock, h.name, owner, ErrNotObtained)' \
+  'ErrDeadlock, h.name, owner, err)' \
+  . '^(TestDeadlockBroken)$'
 
 # verify/: a partition must really cut the traffic between its sides.
 m "verify: partition drops nothing" verify/netns.go \

@@ -74,6 +74,7 @@ const exitHelp = `Exit status:
   5      Redis refused the credentials (wrong user or password, missing ACL permission)
   6      run, hold: the lock (or permit) was lost (run stopped COMMAND); elect: the
          leadership was lost (COMMAND was stopped; --on-loss exit)
+  7      deadlocks: a wait-for cycle was found (printed on stdout)
   126    run: COMMAND could not be executed
   127    run: COMMAND was not found
   128+N  run: COMMAND was killed by signal N, or dlock by signal N while waiting

@@ -142,7 +142,7 @@ func TestHelp(t *testing.T) {
 		check([]string{"help", name}, text)
 		golden(t, "help/"+name, text)
 	}
-	for _, code := range []int{exitOK, exitFailure, exitUsage, exitNotObtained, exitUnreachable, exitAuth, exitLockLost, exitCannotExec, exitNotFound} {
+	for _, code := range []int{exitOK, exitFailure, exitUsage, exitNotObtained, exitUnreachable, exitAuth, exitLockLost, exitDeadlock, exitCannotExec, exitNotFound} {
 		if !regexp.MustCompile(fmt.Sprintf(`(?m)^  %d +\S`, code)).MatchString(exitHelp) {
 			t.Errorf("exit code %d is not documented in exitHelp", code)
 		}

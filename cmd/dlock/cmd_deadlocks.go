@@ -17,12 +17,15 @@ var deadlocksUsage = `Usage: dlock deadlocks [flags]
 
 Finds deadlocks across processes: cycles of owners each waiting for a lock
 that the next one holds. It reads the wait records that dlock Clients made
-with WithDeadlockDetection keep (dlock:waits:*, on every master of a
-cluster) and the lock hashes, and prints each cycle: per owner, the lock it
-waits for, since when, and the host, pid and label of its process. A
-Client without the option records nothing, and its waits are not seen. A
-wait that ended a moment ago may still be recorded: a cycle that is gone
-when you run the command again was a passing one.
+with WithDeadlockDetection keep (dlock:waits:*, through their index) and
+the lock hashes, and prints each cycle: per owner, the lock it waits for,
+since when, and the host, pid and label of its process. A Client without
+the option records nothing, and its waits are not seen. A wait that ended
+a moment ago may still be recorded: a cycle that is gone when you run the
+command again was a passing one.
+
+Exits 0 when it finds no cycle, 7 when it finds one (for scripts and
+alerts: dlock deadlocks || page-someone), other codes on errors.
 
 Flags:
   --json        one JSON object per cycle and line: {"waits": [{"owner",
@@ -68,7 +71,18 @@ func (c *cli) deadlocksCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return redisError("deadlocks", err)
 	}
-	if a.json {
+	if err := c.printDeadlocks(found, a.json); err != nil {
+		return err
+	}
+	if len(found) > 0 {
+		return exitf(exitDeadlock, "deadlocks: %d wait-for cycle(s) found", len(found))
+	}
+	return nil
+}
+
+// printDeadlocks prints the cycles found, as text or JSON lines.
+func (c *cli) printDeadlocks(found []dlock.Deadlock, asJSON bool) error {
+	if asJSON {
 		return c.printDeadlocksJSON(found)
 	}
 	if len(found) == 0 {

@@ -88,7 +88,8 @@ func deadlockParticipant(t *testing.T, first, second string) (*exec.Cmd, io.Writ
 }
 
 // TestDeadlocks: two processes, each holding one lock and waiting for the
-// other's, are reported by dlock deadlocks as one cycle, with their pids.
+// other's, are reported by dlock deadlocks as one cycle, with their pids,
+// and the command then exits with status 7 (0 while there is none).
 func TestDeadlocks(t *testing.T) {
 	name := lockName(t)
 	l1, l2 := name+":1", name+":2"
@@ -107,7 +108,7 @@ func TestDeadlocks(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, func() error {
 		r := cliRun(t, "deadlocks", "--json")
-		if r.code != 0 || strings.Count(r.stdout, "\n") != 1 {
+		if r.code != exitDeadlock || strings.Count(r.stdout, "\n") != 1 {
 			return fmt.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		return json.Unmarshal([]byte(r.stdout), &cycle)
@@ -120,6 +121,9 @@ func TestDeadlocks(t *testing.T) {
 		t.Errorf("cycle %+v, want pid %d waiting for %s and pid %d for %s", cycle.Waits, a.Process.Pid, l2, b.Process.Pid, l1)
 	}
 	r := cliRun(t, "deadlocks")
+	if r.code != exitDeadlock || !strings.Contains(r.stderr, "1 wait-for cycle(s) found") {
+		t.Errorf("exit %d, stderr %q: want %d and the count of cycles", r.code, r.stderr, exitDeadlock)
+	}
 	for _, want := range []string{"deadlock 1: 2 owners", fmt.Sprintf("pid %d (helper %s) waits for %q", a.Process.Pid, l1, l2)} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout %q, want %q", r.stdout, want)

@@ -11,6 +11,7 @@ const (
 	exitUnreachable = 4 // Redis could not be reached
 	exitAuth        = 5 // Redis refused the credentials
 	exitLockLost    = 6 // run: the lock was lost while the command ran
+	exitDeadlock    = 7 // deadlocks: a wait-for cycle was found
 	exitCannotExec  = 126
 	exitNotFound    = 127
 	exitSignalBase  = 128 // + signal number

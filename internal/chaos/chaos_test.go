@@ -31,6 +31,18 @@ func TestNoFaults(t *testing.T) {
 	run(t, scenario{name: "no faults", procs: 3, worker: contention(scale(50, 3000))})
 }
 
+// TestDeadlockDetection runs the contention with deadlock detection on
+// (a check every 20 ms) and every owner waiting while it holds a lock of
+// its own, so that its waits are recorded and checked, and the scripts
+// flushed every 5 ms: no Lock may fail with ErrDeadlock (one lock has no
+// cycle), and mutual exclusion holds as without detection.
+func TestDeadlockDetection(t *testing.T) {
+	w := contention(scale(50, 3000))
+	w.Deadlocks = 20 * time.Millisecond
+	run(t, scenario{name: "deadlock detection on, SCRIPT FLUSH loop", procs: 3, worker: w,
+		fault: func(ctx context.Context, _ *testing.T, lock *redistest.Server) int { return flushScripts(ctx, lock) }})
+}
+
 // TestNegativeControl runs with a fixed lease shorter than the critical
 // section: holders overlap, and the checker must say so.
 func TestNegativeControl(t *testing.T) {

@@ -186,6 +186,7 @@ func run(t *testing.T, sc scenario) outcome {
 		total.Rejected += r.Rejected
 		total.Lost += r.Lost
 		total.Errors += r.Errors
+		total.Deadlocks += r.Deadlocks
 	}
 	stop()
 	var nfaults int
@@ -222,6 +223,12 @@ func run(t *testing.T, sc scenario) outcome {
 	if sc.unsafe {
 		notes += fmt.Sprintf(", double grants (overlaps) %d, holds with a token not above an earlier one %d, fenced writes rejected %d, stale writes %d (accepted %d), increments lost %d",
 			o.overlaps, o.reversals, total.Rejected, o.staleWrites, o.staleAccepted, total.Increments-counter)
+	}
+	if sc.worker.Deadlocks > 0 {
+		notes += fmt.Sprintf(", deadlock detection every %v: deadlocks reported %d", sc.worker.Deadlocks, total.Deadlocks)
+	}
+	if total.Deadlocks > 0 {
+		t.Errorf("%d Locks failed with ErrDeadlock: one lock has no cycle, each is a false positive", total.Deadlocks)
 	}
 	if sc.notes != "" {
 		notes += "; " + sc.notes

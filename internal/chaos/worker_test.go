@@ -41,6 +41,11 @@ type workerConfig struct {
 	// about two seconds: errors reach dlock.
 	NoRetries bool
 	Out       string // history file
+	// Deadlocks is WithDeadlockDetection's check interval (0: off). Each
+	// owner then waits holding a lock of its own (taken once, again if
+	// lost), so that its waits are recorded and checked: a Lock that
+	// fails with ErrDeadlock is a false positive (one lock has no cycle).
+	Deadlocks time.Duration
 
 	// Topologies: a worker reaches the lock through Sentinel (master name
 	// and sentinel addresses) or a cluster (node addresses) instead of
@@ -95,6 +100,7 @@ const (
 // workerResult is what a worker prints on stdout when it is done.
 type workerResult struct {
 	Acquired, Increments, Rejected, Lost, Errors int
+	Deadlocks                                    int // Locks failed with ErrDeadlock
 }
 
 func runWorker(cfgJSON string) error {
@@ -111,6 +117,9 @@ func runWorker(cfgJSON string) error {
 	}
 	if cfg.ReplicaSync > 0 {
 		clientOpts = append(clientOpts, dlock.WithReplicaSync(cfg.ReplicaSync, cfg.ReplicaSyncTimeout))
+	}
+	if cfg.Deadlocks > 0 {
+		clientOpts = append(clientOpts, dlock.WithDeadlockDetection(cfg.Deadlocks))
 	}
 	locks, err := dlock.New(lockRdb, clientOpts...)
 	if err != nil {
@@ -140,21 +149,29 @@ func runWorker(cfgJSON string) error {
 		wg  sync.WaitGroup
 	)
 	count := func(f func(r *workerResult)) { mu.Lock(); f(&res); mu.Unlock() }
-	for range cfg.Goroutines {
+	for g := range cfg.Goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			owner := ownLock(locks, fmt.Sprintf("%s:owner:%d:%d", cfg.Name, os.Getpid(), g), cfg.Deadlocks > 0)
+			defer owner.release()
 			// An acquisition's wait runs from its first Lock to the one
 			// that succeeds, through the errors of an outage in between.
 			start := history.Now()
 			for done := 0; done < cfg.Acquisitions; {
-				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				wctx, cancel := context.WithTimeout(owner.ctx(ctx), 30*time.Second)
 				lctx, err := m.Lock(wctx)
 				cancel()
 				if err != nil {
 					// Redis down or restarting: count it and try again.
 					give := false
-					count(func(r *workerResult) { r.Errors++; give = r.Errors > 10000 })
+					count(func(r *workerResult) {
+						r.Errors++
+						give = r.Errors > 10000
+						if errors.Is(err, dlock.ErrDeadlock) {
+							r.Deadlocks++
+						}
+					})
 					if give {
 						return
 					}
@@ -211,6 +228,48 @@ func runWorker(cfgJSON string) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// ownedLock is a lock an owner holds while it waits for the chaos lock
+// (workerConfig.Deadlocks), so that its waits are nested ones.
+type ownedLock struct {
+	m    *dlock.Mutex // nil: the owner holds nothing
+	held context.Context
+}
+
+func ownLock(c *dlock.Client, name string, on bool) *ownedLock {
+	if !on {
+		return &ownedLock{}
+	}
+	m, err := c.NewMutex(name)
+	if err != nil {
+		panic(err) // a valid name: a bug in the test
+	}
+	return &ownedLock{m: m}
+}
+
+// ctx returns the context to wait with: the own lock's lock context,
+// taken (again) when it is not held; base when there is none or it
+// cannot be had now (an outage: the wait is then a plain one).
+func (o *ownedLock) ctx(base context.Context) context.Context {
+	if o.m == nil {
+		return base
+	}
+	if o.held == nil || o.held.Err() != nil {
+		held, err := o.m.TryLock(base)
+		if err != nil {
+			o.held = nil
+			return base
+		}
+		o.held = held
+	}
+	return o.held
+}
+
+func (o *ownedLock) release() {
+	if o.held != nil {
+		_ = o.m.Unlock(o.held)
+	}
 }
 
 // critical is the work done under the lock: a non-atomic increment of the

@@ -116,8 +116,15 @@ const (
 // Deadlock detection (dlock's own, deadlock.go): the hash
 // WaitsPrefix+<clientID> maps each owner of that Client that waits for a
 // lock while holding another to what it waits for. It has a TTL, like the
-// holder record, and exists only while the Client has such waits.
-const WaitsPrefix = "dlock:waits:"
+// holder record, and exists only while the Client has such waits. The
+// sorted set WaitsIndex names the Clients with a record, each scored by
+// its record's expiry (server milliseconds), so that the records are
+// found without a SCAN. The hash tag puts the index and every record in
+// one cluster slot.
+const (
+	WaitsIndex  = "dlock:waits:{waits}"
+	WaitsPrefix = WaitsIndex + ":"
+)
 
 // Prefixed is Redisson's rule for a companion key in front of the name:
 // "p:{name}", or "p:name" when the name already carries a hash tag.
