@@ -89,6 +89,7 @@ type waiter struct {
 	place   *place          // made at the first sleep when hands is set
 	last    error           // why the latest attempt failed, when the kind says
 	joined  bool            // joined subscribed waiters of this Client: no attempt after subscribing
+	spin    *backoff        // the kind is a spinner: each sleep is its next step at most
 	lockCtx context.Context // the lock context, once acquired
 	ob      *lockObs        // nil without observers
 }
@@ -151,6 +152,9 @@ func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	d := res.ttl
 	if d < 0 {
 		d = pollNoExpiry
+	}
+	if w.spin != nil {
+		d = min(d, w.spin.step())
 	}
 	w.arm(d)
 	wake, err := w.wakeUps(ctx)
