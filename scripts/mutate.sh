@@ -62,6 +62,30 @@ m "release does not publish" internal/scripts/lock_release.lua \
 return 1" \
   "return 1" \
   . '^(TestWaiterWokenByUnlock)$'
+# A spin waiter sleeps one backoff step at most (1 ms doubling to
+# 128 ms), not until the holder's lease: nothing will wake it.
+m "spin: waiter sleeps to the lease, not its backoff" wait.go \
+  'd = min(d, w.spin.step())' \
+  'd = max(d, w.spin.step())' \
+  . '^(TestSpinLockNoPubSub|TestSpinLockRedissonInterop)$'
+# The backoff is capped (Redisson's maxDelay).
+m "spin: backoff not capped" spin.go \
+  'b.next = min(2*b.next+time.Duration(rand.IntN(b.fails+1))*time.Millisecond, b.most)' \
+  'b.next = 2*b.next + time.Duration(rand.IntN(b.fails+1))*time.Millisecond' \
+  . '^(TestSpinBackoff)$'
+# A spin lock's unlock publishes nothing (Redisson's RSpinLock).
+m "spin: release publishes" internal/scripts/spin_release.lua \
+  "end
+return 1" \
+  "end
+redis.call('publish', 'redisson_lock__channel:{' .. KEYS[1] .. '}', 0)
+return 1" \
+  . '^(TestSpinLockNoPubSub)$'
+# WithoutReentry refuses a re-entry by the holder's own lock context.
+m "no-reentry: a re-entry is let in" acquire.go \
+  'if h.cfg.noReentry {' \
+  'if false && h.cfg.noReentry {' \
+  . '^(TestContract)$'
 # A reply that comes after the lease it set ran out is not a hold.
 m "late-reply check disabled" acquire.go \
   'case res.acquired && time.Since(start) >= validity(req.lease):' \
