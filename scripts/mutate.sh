@@ -400,6 +400,23 @@ m "sem: try-set does not publish" internal/scripts/sem_try_set.lua \
 " \
   "" \
   . '^(TestSemaphoreSetAndAddWake)$'
+# TrySetPermitsWithTTL sets the time to live with the permits.
+m "sem: try-set with ttl sets no ttl" internal/scripts/sem_try_set_ttl.lua \
+  "redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[3])" \
+  "redis.call('set', KEYS[1], ARGV[1])" \
+  . '^(TestSemaphoreTTL|TestSemaphoreParityRedissonInterop)$'
+# ReleaseIfExists does not bring back a deleted or expired semaphore.
+m "sem: release-if-exists creates the semaphore" internal/scripts/sem_release_if_exists.lua \
+  "if redis.call('exists', KEYS[1]) == 0 then
+  return 0
+end" \
+  "" \
+  . '^(TestSemaphoreTTL|TestSemaphoreParityRedissonInterop)$'
+# Redisson's zero rule: TryAcquire(0) succeeds without a command.
+m "sem: zero permits not taken" semaphore.go \
+  'return true, nil // Redisson: nothing to take' \
+  'return false, nil // Redisson: nothing to take' \
+  . '^(TestSemaphoreZeroPermits)$'
 # A permit's release wakes the waiters by its message, not their poll.
 m "permits: release does not publish" internal/scripts/psem_release.lua \
   "redis.call(ARGV[2], KEYS[3], value)
