@@ -495,6 +495,12 @@ m "latch: try-set overwrites a count" internal/scripts/latch_try_set.lua \
   "if redis.call('exists', KEYS[1]) == 0 then" \
   "if true then" \
   . '^(TestCountDownLatchOperations)$'
+# dlock run --spin takes a spin lock: a waiter that polls, not a Mutex
+# waiter that sleeps until an unlock message that never comes.
+m "cli: run --spin takes a mutex" cmd/dlock/locks.go \
+  'return c.NewSpinLock(name, opts...)' \
+  'return c.NewMutex(name, opts...)' \
+  ./cmd/dlock '^(TestRunSpin)$'
 # dlock run --permits N sets up the semaphore with N permits, and gives
 # its permit back when COMMAND is done.
 m "cli: run --permits ignores N" cmd/dlock/semaphore.go \
