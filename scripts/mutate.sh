@@ -497,9 +497,9 @@ m "latch: try-set overwrites a count" internal/scripts/latch_try_set.lua \
   . '^(TestCountDownLatchOperations)$'
 # dlock run --spin takes a spin lock: a waiter that polls, not a Mutex
 # waiter that sleeps until an unlock message that never comes.
-m "cli: run --spin takes a mutex" cmd/dlock/locks.go \
-  'return c.NewSpinLock(name, opts...)' \
-  'return c.NewMutex(name, opts...)' \
+m "cli: run --spin takes a mutex" cmd/dlock/cmd_run.go \
+  'return s.clients[0].NewSpinLock(a.name, a.lockOptions()...)' \
+  'return s.clients[0].NewMutex(a.name, a.lockOptions()...)' \
   ./cmd/dlock '^(TestRunSpin)$'
 # dlock run --permits N sets up the semaphore with N permits, and gives
 # its permit back when COMMAND is done.

@@ -199,10 +199,16 @@ func (a *lockFlags) check(c *cli, cmd string) error {
 	if err == nil && a.spin && len(a.eps) > 1 {
 		return usageError("%s: --spin needs one Redis deployment; several --redis make a RedLock, which polls already", cmd)
 	}
-	if a.spin {
-		a.kind = "spin"
-	}
 	return err
+}
+
+// newLocker returns the handle on the lock the flags describe: a SpinLock
+// with --spin (one deployment, checked above), else the --kind's.
+func (a *lockFlags) newLocker(s *session) (locker, error) {
+	if a.spin {
+		return s.clients[0].NewSpinLock(a.name, a.lockOptions()...)
+	}
+	return s.newLocker(a.kind, a.name, a.lockOptions()...)
 }
 
 // spinConflict names the flag that --spin does not combine with.
@@ -411,7 +417,7 @@ func (a *lockFlags) open(ctx context.Context, c *cli, cmd string) (*session, loc
 		}
 		return s, lk, nil
 	}
-	lk, err := s.newLocker(a.kind, a.name, a.lockOptions()...)
+	lk, err := a.newLocker(s)
 	if err != nil {
 		s.close()
 		return nil, nil, optionError(cmd, err)

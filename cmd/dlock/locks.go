@@ -35,8 +35,6 @@ func (s *session) newLocker(kind, name string, opts ...dlock.LockOption) (locker
 		return c.NewMutex(name, opts...)
 	case "fair":
 		return c.NewFairMutex(name, opts...)
-	case "spin": // --spin
-		return c.NewSpinLock(name, opts...)
 	case "read", "write":
 		rw, err := c.NewRWMutex(name, opts...)
 		if err != nil {
