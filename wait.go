@@ -145,7 +145,9 @@ func (w *waiter) end(err error) {
 // message, the end of the current hold's lease (res.ttl), a hand-over from
 // a release of this Client, or the end of ctx. The first sleep subscribes
 // and ends when the subscription is confirmed, since the unlock may have
-// been published before. The grant is ok when the lock was handed over.
+// been published before. A waiter of a spinner kind (no channel) sleeps
+// its backoff's next step when that is shorter than res.ttl. The grant is
+// ok when the lock was handed over.
 func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	h := w.h
 	w.last = res.reason
