@@ -99,6 +99,9 @@ func (h *handle) waiter(ctx context.Context, try bool) (*waiter, error) {
 		return nil, err
 	}
 	w := &waiter{sleeper: sleeper{hub: h.c.hub}, h: h, req: req, hands: h.handsOver(req)}
+	if s, ok := h.kind.(spinner); ok && !try {
+		w.spin = s.newBackoff()
+	}
 	w.ob = h.c.observeLock(ctx, h, try) // observe.go; nil without observers
 	return w, nil
 }
@@ -173,7 +176,10 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		}
 	}
 	hd, err := h.enter(ctx, &req)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotReentrant):
+		return false, attemptResult{}, err
+	case err != nil:
 		return false, attemptResult{}, h.gaveUp(ctx, req, w.last)
 	}
 	done := func() {} // called once the attempt has finished
@@ -234,12 +240,16 @@ func (h *handle) settle(ctx context.Context, req request, hd *hold, start time.T
 // taken, so that no Unlock releases the hold while the attempt is on its
 // way. Otherwise enter waits until background work on the owner's earlier
 // hold of this lock (a give-back, a release) is done, and returns nil. A
-// fresh owner has neither.
+// fresh owner has neither. A handle made WithoutReentry refuses the
+// re-entry with ErrNotReentrant: the owner would wait for itself.
 func (h *handle) enter(ctx context.Context, req *request) (*hold, error) {
 	for !req.fresh {
 		hd := h.c.holds.held(h.holdKey(req.owner))
 		if hd == nil {
 			return nil, h.c.work.awaitIdle(ctx, h.holdKey(req.owner))
+		}
+		if h.cfg.noReentry {
+			return nil, fmt.Errorf("%w: %q: the lock context holds it already", ErrNotReentrant, h.name)
 		}
 		if err := hd.lockOp(ctx); err != nil {
 			return nil, err

@@ -38,6 +38,9 @@ type contractKind struct {
 	zero Locker
 	// foreign is an option of another kind, which the kind must refuse.
 	foreign LockOption
+	// noReentry is set for kinds that refuse re-entry (WithoutReentry):
+	// the re-entry rules are inverted.
+	noReentry bool
 }
 
 // oneServer is the setup of the kinds that live on the test server.
@@ -81,6 +84,37 @@ func contractKinds() []contractKind {
 		channel: func(name string) string { return lockChannel(name) + ":*" },
 		zero:    &FairMutex{},
 		foreign: WithNodeTimeout(time.Millisecond),
+	}, {
+		name:  "SpinLock",
+		setup: oneServer,
+		open: func(cs []*Client, name string, opts ...LockOption) (Locker, error) {
+			return cs[0].NewSpinLock(name, opts...)
+		},
+		keys:    lockKey, // no channel: the kind polls
+		zero:    &SpinLock{},
+		foreign: WithFairWaitTimeout(time.Second),
+	}, {
+		name:  "Mutex/WithoutReentry",
+		setup: oneServer,
+		open: func(cs []*Client, name string, opts ...LockOption) (Locker, error) {
+			return cs[0].NewMutex(name, append(opts, WithoutReentry())...)
+		},
+		keys:      lockKey,
+		channel:   lockChannel,
+		zero:      &Mutex{},
+		foreign:   WithBackoff(time.Millisecond, time.Millisecond),
+		noReentry: true,
+	}, {
+		name:  "FairMutex/WithoutReentry",
+		setup: oneServer,
+		open: func(cs []*Client, name string, opts ...LockOption) (Locker, error) {
+			return cs[0].NewFairMutex(name, append(opts, WithoutReentry())...)
+		},
+		keys:      lockKey,
+		channel:   func(name string) string { return lockChannel(name) + ":*" },
+		zero:      &FairMutex{},
+		foreign:   WithNodeTimeout(time.Millisecond),
+		noReentry: true,
 	}, {
 		name:    "ReadLock",
 		setup:   oneServer,
@@ -265,6 +299,10 @@ func (k *contract) reentrancy(name string) {
 	t, ctx := k.t, context.Background()
 	cs := k.newClients()
 	l := k.mustOpen(cs, name)
+	if k.noReentry {
+		k.noReentrancy(cs, l, name)
+		return
+	}
 	l1 := mustLock(t, ctx, l)
 	l2 := mustLock(t, l1, l)
 	l3 := mustLock(t, context.WithValue(l2, derivedKey{}, 1), l) // derived contexts re-enter too
@@ -309,6 +347,47 @@ func (k *contract) reentrancy(name string) {
 	noRenewals(t, cs)
 }
 
+// noReentrancy is reentrancy inverted, for a kind that refuses re-entry:
+// a Lock or TryLock with the lock context (or one derived from it) fails
+// at once with ErrNotReentrant, without touching the hold, which the one
+// Unlock releases; another owner still waits its turn.
+func (k *contract) noReentrancy(cs []*Client, l Locker, name string) {
+	t, ctx := k.t, context.Background()
+	l1 := mustLock(t, ctx, l)
+	for what, call := range map[string]func(context.Context) (context.Context, error){"Lock": l.Lock, "TryLock": l.TryLock} {
+		for _, lc := range []context.Context{l1, context.WithValue(l1, derivedKey{}, 1)} {
+			wait, cancel := context.WithTimeout(lc, 10*time.Second)
+			start := time.Now()
+			got, err := call(wait)
+			cancel()
+			if !errors.Is(err, ErrNotReentrant) || got != nil {
+				t.Fatalf("%s re-entering: %v, %v; want ErrNotReentrant", what, got, err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("%s re-entering failed after %v: it waited", what, d)
+			}
+		}
+	}
+	if l1.Err() != nil {
+		t.Fatalf("a refused re-entry ended the hold's lock context: %v", context.Cause(l1))
+	}
+	if in, ok := l.(inspector); ok {
+		if n, err := in.HoldCount(l1); n != 1 || err != nil {
+			t.Errorf("HoldCount = %d, %v after refused re-entries; want 1", n, err)
+		}
+	}
+	if k.free(name) {
+		t.Fatal("another owner took a lock that is held")
+	}
+	if err := l.Unlock(l1); err != nil {
+		t.Fatal(err)
+	}
+	if !k.free(name) {
+		t.Error("still locked after the one Unlock")
+	}
+	noRenewals(t, cs)
+}
+
 // fencing: with WithFencing every acquisition, reentrant ones included,
 // carries a strictly larger token; without it there is none.
 func (k *contract) fencing(name string) {
@@ -319,9 +398,13 @@ func (k *contract) fencing(name string) {
 	for range 2 {
 		la := mustLock(t, ctx, a)
 		next(la)
-		la2 := mustLock(t, la, a)
-		next(la2)
-		for _, lc := range []context.Context{la2, la} {
+		held := []context.Context{la}
+		if !k.noReentry {
+			la2 := mustLock(t, la, a)
+			next(la2)
+			held = []context.Context{la2, la}
+		}
+		for _, lc := range held {
 			if err := a.Unlock(lc); err != nil {
 				t.Fatal(err)
 			}

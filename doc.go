@@ -25,10 +25,15 @@
 //   - Mutex (Client.NewMutex): reentrant, Redisson RLock.
 //   - FairMutex (Client.NewFairMutex): first come, first served across
 //     processes, Redisson FairLock.
+//   - SpinLock (Client.NewSpinLock): the Mutex's layout without pub/sub;
+//     waiters back off, Redisson RSpinLock.
 //   - RWMutex (Client.NewRWMutex): many readers or one writer, Redisson
 //     ReadWriteLock; ReadLock and WriteLock are its two halves.
 //   - MultiLock (NewMultiLock): several locks, all or nothing.
 //   - RedLock (NewRedLock): one lock on a majority of independent servers.
+//
+// WithoutReentry makes a Mutex or FairMutex non-reentrant (Redisson's
+// non-reentrant locks): a re-entry fails with ErrNotReentrant.
 //
 // A Client works on a plain, Sentinel (failover) or Cluster go-redis client;
 // on a Redis 7 cluster, unlock messages use sharded pub/sub.

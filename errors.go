@@ -50,6 +50,14 @@ var (
 	// that downgrade is allowed.)
 	ErrUpgrade = errors.New("dlock: cannot upgrade a read lock to a write lock")
 
+	// ErrNotReentrant is returned by Lock and TryLock on a Mutex or
+	// FairMutex made WithoutReentry when the lock context passed holds the
+	// lock already: waiting would never end, since the owner would wait
+	// for itself (Redisson's non-reentrant locks throw
+	// IllegalMonitorStateException). Nothing is sent to Redis, and the
+	// hold stands.
+	ErrNotReentrant = errors.New("dlock: lock is not reentrant")
+
 	// ErrUnreachable is returned by Client.Ping when Redis does not
 	// answer, and by TryLock and the synchronizers' calls (Semaphore,
 	// PermitSemaphore, CountDownLatch writes), at once and without a

@@ -73,3 +73,65 @@ func ExampleSemaphore_TryAcquire() {
 	// took 2 more: false
 	// drained: 1
 }
+
+// Permits for a batch window: the semaphore goes away by itself an hour
+// after it was set up, and a late Release does not bring it back.
+func ExampleSemaphore_TrySetPermitsWithTTL() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	sem, _ := locks.NewSemaphore("example:window")
+	defer sem.Delete(ctx)
+	set, err := sem.TrySetPermitsWithTTL(ctx, 3, time.Hour)
+	fmt.Println(set, err)
+	ttl, _ := sem.TTL(ctx)
+	fmt.Println(ttl > 59*time.Minute)
+	if ok, _ := sem.TryAcquire(ctx, 1); ok {
+		// ... work ...
+		released, _ := sem.ReleaseIfExists(ctx, 1) // false once the window closed
+		fmt.Println(released)
+	}
+	// Output:
+	// true <nil>
+	// true
+	// true
+}
+
+func ExampleSemaphore_ReleaseIfExists() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	sem, _ := locks.NewSemaphore("example:gone")
+	sem.Delete(ctx)
+	ok, err := sem.ReleaseIfExists(ctx, 1) // not created again
+	n, _ := sem.AvailablePermits(ctx)
+	fmt.Println(ok, err, n)
+	// Output: false <nil> 0
+}
+
+func ExampleSemaphore_Expire() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	sem, _ := locks.NewSemaphore("example:expire")
+	defer sem.Delete(ctx)
+	sem.TrySetPermits(ctx, 1)
+	ok, _ := sem.Expire(ctx, time.Minute)
+	ttl, _ := sem.TTL(ctx)
+	fmt.Println(ok, ttl > 0)
+	cleared, _ := sem.ClearExpire(ctx)
+	ttl, _ = sem.TTL(ctx)
+	fmt.Println(cleared, ttl)
+	// Output:
+	// true true
+	// true 0s
+}

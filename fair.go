@@ -56,10 +56,10 @@ var _ Locker = (*FairMutex)(nil)
 
 // NewFairMutex returns a handle on the fair lock called name. It talks to
 // Redis only when used. Options: WithLease, WithFencing,
-// WithFairWaitTimeout.
+// WithFairWaitTimeout, WithoutReentry.
 func (c *Client) NewFairMutex(name string, opts ...LockOption) (*FairMutex, error) {
 	h, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
-		if err := cfg.accept("FairMutex", optFairWait); err != nil {
+		if err := cfg.accept("FairMutex", optFairWait|optNoReentry); err != nil {
 			return nil, err
 		}
 		wait := cfg.fairWait

@@ -23,10 +23,10 @@ type Mutex struct {
 }
 
 // NewMutex returns a handle on the reentrant lock called name. It talks to
-// Redis only when used. Options: WithLease, WithFencing.
+// Redis only when used. Options: WithLease, WithFencing, WithoutReentry.
 func (c *Client) NewMutex(name string, opts ...LockOption) (*Mutex, error) {
 	h, err := c.newHandle(name, opts, func(name string, cfg lockConfig) (kind, error) {
-		return newMutexKind(c, name), cfg.accept("Mutex", 0)
+		return newMutexKind(c, name), cfg.accept("Mutex", optNoReentry)
 	})
 	if err != nil {
 		return nil, err

@@ -107,6 +107,7 @@ type observers struct {
 const (
 	KindMutex     = "mutex"     // Mutex
 	KindFair      = "fair"      // FairMutex
+	KindSpin      = "spin"      // SpinLock
 	KindRead      = "read"      // RWMutex's read lock
 	KindWrite     = "write"     // RWMutex's write lock
 	KindRedLock   = "redlock"   // RedLock (reported by its first node's Client)

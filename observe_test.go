@@ -347,12 +347,13 @@ func TestObserverKinds(t *testing.T) {
 	}
 	_, nodes := redLockNodes(t, 3, WithObserver(rec.observer()))
 	red := mustRedLock(t, nodes, name+":red")
+	spin := mustSpinLock(t, c, name+":spin")
 	locks := []struct {
 		kind string
 		l    Locker
 	}{
 		{KindMutex, mustMutex(t, c, name)}, {KindFair, fair}, {KindRead, rw.ReadLock()},
-		{KindWrite, rw.WriteLock()}, {KindRedLock, red},
+		{KindWrite, rw.WriteLock()}, {KindRedLock, red}, {KindSpin, spin},
 	}
 	for _, l := range locks {
 		lctx := mustLock(t, ctx, l.l)

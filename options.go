@@ -151,7 +151,10 @@ type lockConfig struct {
 	fenced      bool
 	nodeTimeout time.Duration // RedLock: bound on each node's reply; 0 means the default
 	fairWait    time.Duration // FairMutex: WithFairWaitTimeout; 0 means the default
-	specific    kindOptions   // the kind-specific options given
+	spinInitial time.Duration // SpinLock: WithBackoff; 0 means the default
+	spinMax     time.Duration
+	noReentry   bool        // Mutex, FairMutex: WithoutReentry
+	specific    kindOptions // the kind-specific options given
 }
 
 // kindOptions is a set of the lock options that apply to some kinds only.
@@ -162,10 +165,13 @@ type kindOptions uint8
 const (
 	optNodeTimeout kindOptions = 1 << iota // WithNodeTimeout: RedLock
 	optFairWait                            // WithFairWaitTimeout: FairMutex
+	optBackoff                             // WithBackoff: SpinLock
+	optNoReentry                           // WithoutReentry: Mutex, FairMutex
 )
 
 // optionNames names each kind-specific option for errors.
-var optionNames = map[kindOptions]string{optNodeTimeout: "WithNodeTimeout", optFairWait: "WithFairWaitTimeout"}
+var optionNames = map[kindOptions]string{optNodeTimeout: "WithNodeTimeout", optFairWait: "WithFairWaitTimeout",
+	optBackoff: "WithBackoff", optNoReentry: "WithoutReentry"}
 
 // accept refuses the kind-specific options given that a lock of kind does
 // not take.
@@ -188,7 +194,7 @@ func (c lockConfig) validate() error {
 	if c.fairWait != 0 && (c.fairWait < 2*time.Millisecond || c.fairWait > MaxLease) {
 		return fmt.Errorf("%w: fair wait timeout %v is outside [2ms, %v]", ErrInvalidOption, c.fairWait, MaxLease)
 	}
-	return nil
+	return c.validateBackoff()
 }
 
 // WithLease gives every acquisition through the handle a fixed lease: the
@@ -233,4 +239,16 @@ func WithNodeTimeout(d time.Duration) LockOption {
 // lock kinds refuse it (ErrInvalidOption).
 func WithFairWaitTimeout(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.fairWait, c.specific = d, c.specific|optFairWait }
+}
+
+// WithoutReentry makes a Mutex or a FairMutex non-reentrant, as
+// Redisson's non-reentrant lock and non-reentrant fair lock (4.4.0): a
+// Lock or TryLock with a lock context that holds the lock already (or one
+// derived from it) fails at once with ErrNotReentrant instead of
+// re-entering, and the hold stands. Other owners wait and take turns as
+// usual. The layout in Redis is the reentrant kind's, so Go and Java
+// holders, reentrant or not, exclude each other. Other lock kinds refuse
+// it (ErrInvalidOption).
+func WithoutReentry() LockOption {
+	return func(c *lockConfig) { c.noReentry, c.specific = true, c.specific|optNoReentry }
 }

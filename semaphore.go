@@ -115,8 +115,10 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 	return nil
 }
 
-// Acquire takes n permits (n > 0), waiting as long as ctx allows for n to
-// be available at once. Waiting is push: the waiter subscribes to the
+// Acquire takes n permits, waiting as long as ctx allows for n to be
+// available at once. As in Redisson, n == 0 returns at once without
+// asking Redis (golang.org/x/sync/semaphore agrees), and a negative n is
+// refused (ErrInvalidOption). Waiting is push: the waiter subscribes to the
 // semaphore's channel and tries again on each message, and at least every
 // second, so a lost message costs a second, never a hang. When ctx ends
 // first the error wraps ErrNotObtained and ctx.Err(); it also says when the
@@ -135,6 +137,9 @@ func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {
 func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 	if err := s.check(ctx); err != nil {
 		return err
+	}
+	if n == 0 {
+		return nil // Redisson: nothing to take
 	}
 	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": acquire", n); err != nil {
 		return err
@@ -167,12 +172,16 @@ func (s *Semaphore) neverSet(ctx context.Context) string {
 	return " (the semaphore does not exist: it was never set up with TrySetPermits or AddPermits, or was deleted)"
 }
 
-// TryAcquire takes n permits (n > 0) if that many are available now, and
-// reports whether it did. It does not wait. With WithReplicaSync it gives
+// TryAcquire takes n permits if that many are available now, and reports
+// whether it did. As in Redisson, n == 0 reports true without asking
+// Redis, and a negative n is refused (ErrInvalidOption). It does not wait. With WithReplicaSync it gives
 // back permits too few replicas acknowledged, as Acquire does.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (ok bool, err error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
+	}
+	if n == 0 {
+		return true, nil // Redisson: nothing to take
 	}
 	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": try acquire", n); err != nil {
 		return false, err
@@ -200,8 +209,9 @@ func (s *Semaphore) try(ctx context.Context, n int) (bool, error) {
 	return got == 1, nil
 }
 
-// Release gives back n permits (n > 0) and wakes waiters. As in Redisson
-// the count is not bounded: permits released that were not acquired add to
+// Release gives back n permits and wakes waiters; as in Redisson, n == 0
+// does nothing and a negative n is refused (ErrInvalidOption). As in
+// Redisson the count is not bounded: permits released that were not acquired add to
 // the available ones, which is how a semaphore is used to signal. An error
 // wrapping ErrNoReply means the release may or may not have happened; one
 // wrapping ErrNotReplicated (WithReplicaSync) that it happened on the
@@ -210,6 +220,9 @@ func (s *Semaphore) try(ctx context.Context, n int) (bool, error) {
 func (s *Semaphore) Release(ctx context.Context, n int) (err error) {
 	if err := s.check(ctx); err != nil {
 		return err
+	}
+	if n == 0 {
+		return nil // Redisson: nothing to give
 	}
 	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": release", n); err != nil {
 		return err
@@ -265,4 +278,113 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("dlock: semaphore %q: delete: %w", s.name, err)
 	}
 	return n == 1, nil
+}
+
+// TrySetPermitsWithTTL is TrySetPermits for a semaphore that Redis deletes
+// ttl after it is set (Redisson's trySetPermits(permits, timeToLive),
+// 3.29.0+): it sets the available permits to n and the key's time to live
+// to ttl if the semaphore has not been set yet, wakes waiters, and reports
+// whether it set them. n must not be negative; ttl must be at least a
+// millisecond (Redis counts in milliseconds; Java's call with a zero ttl
+// fails in Redis). AddPermits and DrainPermits later drop the TTL, as in
+// Redisson; Release and Acquire keep it. With WithReplicaSync, a write too
+// few replicas acknowledged in time stands: the call reports what it did
+// and an error wrapping ErrNotReplicated.
+func (s *Semaphore) TrySetPermitsWithTTL(ctx context.Context, n int, ttl time.Duration) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	switch {
+	case n < 0:
+		return false, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
+	case ttl < time.Millisecond:
+		return false, fmt.Errorf("%w: semaphore %q: time to live %v: want at least 1ms", ErrInvalidOption, s.name, ttl)
+	}
+	cmd, short := runWrite(ctx, s.c, scripts.SemTrySetTTL, []string{s.name, s.channel}, n, s.c.publish, millis(ttl))
+	set, err := cmd.Int()
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("dlock: semaphore %q: set permits: %w", s.name, err)
+	case short != nil:
+		return set == 1, notReplicated(fmt.Sprintf("semaphore %q: set permits", s.name), short)
+	}
+	return set == 1, nil
+}
+
+// ReleaseIfExists is Release for a semaphore that exists (Redisson's
+// releaseIfExists, 4.0.0+): it gives back n permits and wakes waiters if
+// the semaphore's key is there, and reports whether it was; a semaphore
+// that was deleted or whose TTL ran out (TrySetPermitsWithTTL, Expire) is
+// not created again. As in Redisson, n == 0 reports false without asking
+// Redis, and a negative n is refused (ErrInvalidOption). Errors are
+// Release's.
+func (s *Semaphore) ReleaseIfExists(ctx context.Context, n int) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return false, nil // Redisson: nothing released
+	}
+	if err := checkPermits("semaphore "+strconv.Quote(s.name)+": release", n); err != nil {
+		return false, err
+	}
+	// Not cut short by ctx, as Release.
+	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.SemReleaseIfExists, []string{s.name, s.channel}, n, s.c.publish)
+	got, err := cmd.Int()
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, n, err)
+	case got == 0:
+		return false, nil
+	case short != nil:
+		err = notReplicated(fmt.Sprintf("semaphore %q: release %d permits", s.name, n), short)
+	}
+	s.c.observeRelease(ctx, LockInfo{Name: s.name, Kind: KindSemaphore}, nil, &err)
+	return true, err
+}
+
+// Expire sets the semaphore's time to live: Redis deletes it ttl from now
+// (Redisson's expire, from RExpirable). It reports whether the semaphore
+// exists (nothing is set otherwise). ttl must be at least a millisecond:
+// Redis would delete the key at once for less, which Delete does plainly.
+// Waiters are not told when the key goes: they find it at their next try.
+func (s *Semaphore) Expire(ctx context.Context, ttl time.Duration) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("%w: semaphore %q: time to live %v: want at least 1ms", ErrInvalidOption, s.name, ttl)
+	}
+	ok, err := s.c.rdb.PExpire(ctx, s.name, ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("dlock: semaphore %q: expire: %w", s.name, err)
+	}
+	return ok, nil
+}
+
+// ClearExpire removes the semaphore's time to live (Redisson's
+// clearExpire), and reports whether it had one.
+func (s *Semaphore) ClearExpire(ctx context.Context) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	ok, err := s.c.rdb.Persist(ctx, s.name).Result()
+	if err != nil {
+		return false, fmt.Errorf("dlock: semaphore %q: clear expire: %w", s.name, err)
+	}
+	return ok, nil
+}
+
+// TTL returns how long the semaphore has left before Redis deletes it, or
+// 0 when it has no time to live or does not exist, as a lock's TTL does
+// (Redisson's remainTimeToLive answers -1 and -2 for those).
+func (s *Semaphore) TTL(ctx context.Context) (time.Duration, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	d, err := s.c.rdb.PTTL(ctx, s.name).Result()
+	if err != nil {
+		return 0, fmt.Errorf("dlock: semaphore %q: ttl: %w", s.name, err)
+	}
+	return max(d, 0), nil
 }

@@ -89,6 +89,7 @@ type waiter struct {
 	place   *place          // made at the first sleep when hands is set
 	last    error           // why the latest attempt failed, when the kind says
 	joined  bool            // joined subscribed waiters of this Client: no attempt after subscribing
+	spin    *backoff        // the kind is a spinner: each sleep is its next step at most
 	lockCtx context.Context // the lock context, once acquired
 	ob      *lockObs        // nil without observers
 }
@@ -144,13 +145,18 @@ func (w *waiter) end(err error) {
 // message, the end of the current hold's lease (res.ttl), a hand-over from
 // a release of this Client, or the end of ctx. The first sleep subscribes
 // and ends when the subscription is confirmed, since the unlock may have
-// been published before. The grant is ok when the lock was handed over.
+// been published before. A waiter of a spinner kind (no channel) sleeps
+// its backoff's next step when that is shorter than res.ttl. The grant is
+// ok when the lock was handed over.
 func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	h := w.h
 	w.last = res.reason
 	d := res.ttl
 	if d < 0 {
 		d = pollNoExpiry
+	}
+	if w.spin != nil {
+		d = min(d, w.spin.step())
 	}
 	w.arm(d)
 	wake, err := w.wakeUps(ctx)

@@ -89,6 +89,13 @@ var libs = []lib{
 		open:     openDlockDeadlock,
 	},
 	{
+		id:       "dlock-spin",
+		settings: "`SpinLock` (no pub/sub; backoff 1 ms doubling to 128 ms), watchdog lease (30 s)",
+		open: func(addr string, r time.Duration) (locker, error) {
+			return openDlock(addr, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewSpinLock(name) })
+		},
+	},
+	{
 		id:       "redsync",
 		settings: "one pool (go-redis v9), expiry 30 s, default retry delay rand(50–250 ms), tries unlimited",
 		open:     openRedsync,

@@ -56,10 +56,10 @@ func TestUncontendedCounts(t *testing.T) {
 	}
 }
 
-// TestHotRuns: the hot-lock scenario runs for dlock and a peer, keeps
-// mutual exclusion, and counts round trips and keys left.
+// TestHotRuns: the hot-lock scenario runs for dlock, its spin lock and a
+// peer, keeps mutual exclusion, and counts round trips and keys left.
 func TestHotRuns(t *testing.T) {
-	for _, id := range []string{"dlock", "rueidislock"} {
+	for _, id := range []string{"dlock", "dlock-spin", "rueidislock"} {
 		l, err := libByID(id)
 		if err != nil {
 			t.Fatal(err)

@@ -62,6 +62,30 @@ m "release does not publish" internal/scripts/lock_release.lua \
 return 1" \
   "return 1" \
   . '^(TestWaiterWokenByUnlock)$'
+# A spin waiter sleeps one backoff step at most (1 ms doubling to
+# 128 ms), not until the holder's lease: nothing will wake it.
+m "spin: waiter sleeps to the lease, not its backoff" wait.go \
+  'd = min(d, w.spin.step())' \
+  'd = max(d, w.spin.step())' \
+  . '^(TestSpinLockNoPubSub|TestSpinLockRedissonInterop)$'
+# The backoff is capped (Redisson's maxDelay).
+m "spin: backoff not capped" spin.go \
+  'b.next = min(2*b.next+time.Duration(rand.IntN(b.fails+1))*time.Millisecond, b.most)' \
+  'b.next = 2*b.next + time.Duration(rand.IntN(b.fails+1))*time.Millisecond' \
+  . '^(TestSpinBackoff)$'
+# A spin lock's unlock publishes nothing (Redisson's RSpinLock).
+m "spin: release publishes" internal/scripts/spin_release.lua \
+  "end
+return 1" \
+  "end
+redis.call('publish', 'redisson_lock__channel:{' .. KEYS[1] .. '}', 0)
+return 1" \
+  . '^(TestSpinLockNoPubSub)$'
+# WithoutReentry refuses a re-entry by the holder's own lock context.
+m "no-reentry: a re-entry is let in" acquire.go \
+  'if h.cfg.noReentry {' \
+  'if false && h.cfg.noReentry {' \
+  . '^(TestContract|TestNonReentrantRedissonInterop)$'
 # A reply that comes after the lease it set ran out is not a hold.
 m "late-reply check disabled" acquire.go \
   'case res.acquired && time.Since(start) >= validity(req.lease):' \
@@ -390,6 +414,23 @@ m "sem: try-set does not publish" internal/scripts/sem_try_set.lua \
 " \
   "" \
   . '^(TestSemaphoreSetAndAddWake)$'
+# TrySetPermitsWithTTL sets the time to live with the permits.
+m "sem: try-set with ttl sets no ttl" internal/scripts/sem_try_set_ttl.lua \
+  "redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[3])" \
+  "redis.call('set', KEYS[1], ARGV[1])" \
+  . '^(TestSemaphoreTTL|TestSemaphoreParityRedissonInterop)$'
+# ReleaseIfExists does not bring back a deleted or expired semaphore.
+m "sem: release-if-exists creates the semaphore" internal/scripts/sem_release_if_exists.lua \
+  "if redis.call('exists', KEYS[1]) == 0 then
+  return 0
+end" \
+  "" \
+  . '^(TestSemaphoreTTL|TestSemaphoreParityRedissonInterop)$'
+# Redisson's zero rule: TryAcquire(0) succeeds without a command.
+m "sem: zero permits not taken" semaphore.go \
+  'return true, nil // Redisson: nothing to take' \
+  'return false, nil // Redisson: nothing to take' \
+  . '^(TestSemaphoreZeroPermits)$'
 # A permit's release wakes the waiters by its message, not their poll.
 m "permits: release does not publish" internal/scripts/psem_release.lua \
   "redis.call(ARGV[2], KEYS[3], value)
@@ -468,6 +509,12 @@ m "latch: try-set overwrites a count" internal/scripts/latch_try_set.lua \
   "if redis.call('exists', KEYS[1]) == 0 then" \
   "if true then" \
   . '^(TestCountDownLatchOperations)$'
+# dlock run --spin takes a spin lock: a waiter that polls, not a Mutex
+# waiter that sleeps until an unlock message that never comes.
+m "cli: run --spin takes a mutex" cmd/dlock/cmd_run.go \
+  'return s.clients[0].NewSpinLock(a.name, a.lockOptions()...)' \
+  'return s.clients[0].NewMutex(a.name, a.lockOptions()...)' \
+  ./cmd/dlock '^(TestRunSpin)$'
 # dlock run --permits N sets up the semaphore with N permits, and gives
 # its permit back when COMMAND is done.
 m "cli: run --permits ignores N" cmd/dlock/semaphore.go \

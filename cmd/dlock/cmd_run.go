@@ -80,6 +80,10 @@ var lockFlagsHelp = `  -w, --wait DURATION        give up after DURATION, connec
                              -s and -x holders too, but a waiter of one kind is woken
                              by a release of the other only when it next polls (at
                              most --watchdog later), so use -x wherever -s is used
+  --spin                     a spin lock: the mutex NAME, waited for by polling with a
+                             backoff (1ms doubling to 128ms) instead of an unlock
+                             message, for Redis setups where pub/sub does not pass
+                             or costs too much; excludes mutex holders as usual
   --fencing                  take a fencing token, passed as DLOCK_TOKEN
   --watchdog DURATION        lease of a lock held without --lease; renewed every
                              third of it (default 10s; see "dlock help run")
@@ -121,6 +125,7 @@ type lockFlags struct {
 	shared       bool      // -s: --kind read, as flock -s
 	exclusive    bool      // -x: --kind write, as flock -x
 	fencing      bool
+	spin         bool // --spin: a SpinLock
 	watchdog     time.Duration
 	verbose      bool
 	label        optString // the Client's name (WithClientName)
@@ -144,6 +149,7 @@ func (a *lockFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&a.exclusive, "exclusive", false, "")
 	fs.BoolVar(&a.exclusive, "x", false, "")
 	fs.BoolVar(&a.fencing, "fencing", false, "")
+	fs.BoolVar(&a.spin, "spin", false, "")
 	fs.Var(newDurationFlag(&a.watchdog, cliWatchdogTimeout), "watchdog", "")
 	fs.BoolVar(&a.verbose, "v", false, "")
 	fs.Var(&a.label, "label", "")
@@ -179,6 +185,8 @@ func (a *lockFlags) check(c *cli, cmd string) error {
 		return usageError("%s: --permits takes a permit of a semaphore; %s names a lock", cmd, kindFrom)
 	case a.permits.set && a.fencing:
 		return usageError("%s: --fencing is for locks; a permit has no fencing token", cmd)
+	case a.spin && (a.kind != "mutex" || a.permits.set):
+		return usageError("%s: --spin takes a spin lock, which is a mutex; it does not combine with %s", cmd, spinConflict(a, kindFrom))
 	}
 	if a.nonblock {
 		a.wait = optDuration{set: true}
@@ -188,7 +196,27 @@ func (a *lockFlags) check(c *cli, cmd string) error {
 	}
 	var err error
 	a.eps, err = c.endpoints(a.conn)
+	if err == nil && a.spin && len(a.eps) > 1 {
+		return usageError("%s: --spin needs one Redis deployment; several --redis make a RedLock, which polls already", cmd)
+	}
 	return err
+}
+
+// newLocker returns the handle on the lock the flags describe: a SpinLock
+// with --spin (one deployment, checked above), else the --kind's.
+func (a *lockFlags) newLocker(s *session) (locker, error) {
+	if a.spin {
+		return s.clients[0].NewSpinLock(a.name, a.lockOptions()...)
+	}
+	return s.newLocker(a.kind, a.name, a.lockOptions()...)
+}
+
+// spinConflict names the flag that --spin does not combine with.
+func spinConflict(a *lockFlags, kindFrom string) string {
+	if a.permits.set {
+		return "--permits"
+	}
+	return kindFrom
 }
 
 // lockOptions are the options of the lock the flags describe.
@@ -389,7 +417,7 @@ func (a *lockFlags) open(ctx context.Context, c *cli, cmd string) (*session, loc
 		}
 		return s, lk, nil
 	}
-	lk, err := s.newLocker(a.kind, a.name, a.lockOptions()...)
+	lk, err := a.newLocker(s)
 	if err != nil {
 		s.close()
 		return nil, nil, optionError(cmd, err)

@@ -369,3 +369,85 @@ func TestRunConflictExitCode(t *testing.T) {
 		t.Errorf("COMMAND exiting 3 under -E 75: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestRunSpin: dlock run --spin takes a spin lock: excluded by a mutex
+// holder, and, waiting, it takes the lock soon after a release that
+// publishes nothing (a spin lock's), by its backoff: a mutex waiter would
+// sleep until the holder's 30 s lease, past --wait. --spin names a mutex
+// on one deployment: it refuses -s, --kind fair and --permits.
+func TestRunSpin(t *testing.T) {
+	name := lockName(t)
+	rdb := newRedis(t)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Close()
+	m, err := locks.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockCtx, err := m.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cliRun(t, "run", "--spin", "-n", name, "--", "true"); r.code != exitNotObtained {
+		t.Errorf("--spin -n while a Mutex holds: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if err := m.Unlock(lockCtx); err != nil {
+		t.Fatal(err)
+	}
+
+	spin, err := locks.NewSpinLock(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := spin.Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan result, 1)
+	go func() {
+		done <- cliRun(t, "run", "--spin", "-w", "20s", "--label", "spin waiter", name, "--", "sh", "-c", `echo "$DLOCK_OWNER"`)
+	}()
+	// The waiter has begun once its Client's holder record is written (at
+	// its first attempt).
+	eventually(t, 10*time.Second, func() error {
+		keys, err := rdb.Keys(t.Context(), layout.ClientRecordPrefix+"*").Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if rdb.HGet(t.Context(), k, layout.RecordName).Val() == "spin waiter" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no holder record of the waiting dlock yet")
+	})
+	channel := layout.Prefixed(layout.LockChannelPrefix, name)
+	if n := rdb.PubSubNumSub(t.Context(), channel).Val()[channel]; n != 0 {
+		t.Errorf("%d subscribers on %s: the --spin waiter subscribed", n, channel)
+	}
+	start := time.Now()
+	if err := spin.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.code != 0 || !strings.Contains(r.stdout, ":") {
+			t.Errorf("--spin waiter: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("--spin waiter took the lock %v after the release", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the --spin waiter did not take the lock after the release")
+	}
+
+	for _, args := range [][]string{{"-s"}, {"--kind", "fair"}, {"--permits", "2"}} {
+		r := cliRun(t, append(append([]string{"run", "--spin"}, args...), name, "true")...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--spin") {
+			t.Errorf("--spin %v: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+}

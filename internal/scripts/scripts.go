@@ -28,6 +28,10 @@ var (
 	tokenRaise string
 	//go:embed fenced_write.lua
 	fencedWrite string
+	//go:embed spin_release.lua
+	spinRelease string
+	//go:embed spin_force_release.lua
+	spinForceRelease string
 )
 
 // Reentrant lock (Redisson RLock) scripts.
@@ -37,6 +41,13 @@ var (
 	LockReleaseTo = newScript(fence + lockReleaseTo)
 	LockRenew     = newScript(lockRenew)
 	ForceRelease  = newScript(forceRelease)
+)
+
+// Spin lock (Redisson RSpinLock) scripts: RLock's acquire (LockAcquire)
+// and renewal, and releases that publish nothing.
+var (
+	SpinRelease      = newScript(spinRelease)
+	SpinForceRelease = newScript(spinForceRelease)
 )
 
 // RedLock fencing: raise a node's token counter to the quorum's token.

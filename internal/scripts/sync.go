@@ -17,6 +17,10 @@ var (
 	semAdd string
 	//go:embed sem_drain.lua
 	semDrain string
+	//go:embed sem_try_set_ttl.lua
+	semTrySetTTL string
+	//go:embed sem_release_if_exists.lua
+	semReleaseIfExists string
 
 	//go:embed psem_reclaim.lua
 	psemReclaim string
@@ -64,6 +68,10 @@ var (
 	SemTrySet  = idempotent(semTrySet)
 	SemAdd     = once(semAdd)
 	SemDrain   = idempotent(semDrain)
+	// SemTrySetTTL is SemTrySet with a time to live; SemReleaseIfExists
+	// is SemRelease for a semaphore that exists.
+	SemTrySetTTL       = idempotent(semTrySetTTL)
+	SemReleaseIfExists = once(semReleaseIfExists)
 )
 
 // Permit semaphore (Redisson RPermitExpirableSemaphore) scripts. They share
