@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
@@ -95,6 +96,9 @@ type fairKind struct {
 	channelPrefix string // a waiter's channel is channelPrefix:<owner>
 	token         string
 	wait          int64 // fair wait timeout in ms
+
+	aliveMu sync.Mutex
+	alive   map[string]time.Time // a waiter's Client id -> when it was last found alive
 }
 
 func newFairKind(c *Client, name string, wait time.Duration) *fairKind {
@@ -139,7 +143,7 @@ func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error
 	}
 	for range fairPruneRounds {
 		res, head, err := k.try(ctx, r)
-		if err != nil || res.acquired || head == "" || !k.c.goneOwner(ctx, head) {
+		if err != nil || res.acquired || head == "" || k.aliveLately(head) || !k.gone(ctx, head) {
 			return res, err
 		}
 		if err := k.prune(ctx, head); err != nil {
@@ -151,6 +155,62 @@ func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error
 	res, _, err := k.try(ctx, r)
 	return res, err
 }
+
+// gone reports whether the waiter owner is a dead dlock waiter
+// (Client.goneOwner), and remembers for fairAliveFor that its Client
+// lives when it is not.
+func (k *fairKind) gone(ctx context.Context, owner string) bool {
+	if k.c.goneOwner(ctx, owner) {
+		return true
+	}
+	id, ok := layout.OwnerClientID(owner)
+	if !ok {
+		return false // not a dlock owner: nothing was read
+	}
+	k.aliveMu.Lock()
+	defer k.aliveMu.Unlock()
+	now := time.Now()
+	if len(k.alive) >= fairAliveKept {
+		for o, t := range k.alive {
+			if now.Sub(t) >= fairAliveFor {
+				delete(k.alive, o)
+			}
+		}
+	}
+	if len(k.alive) < fairAliveKept {
+		if k.alive == nil {
+			k.alive = map[string]time.Time{}
+		}
+		k.alive[id] = now
+	}
+	return false
+}
+
+// aliveLately reports whether the Client of the waiter owner was found
+// alive less than fairAliveFor ago: its holder record is not read again
+// meanwhile. (Owners are made per Lock; their Client's record is what
+// says whether they live.)
+func (k *fairKind) aliveLately(owner string) bool {
+	id, ok := layout.OwnerClientID(owner)
+	if !ok {
+		return false
+	}
+	k.aliveMu.Lock()
+	defer k.aliveMu.Unlock()
+	t, ok := k.alive[id]
+	return ok && time.Since(t) < fairAliveFor
+}
+
+// A waiter named for a check (see attempt) that was found alive is not
+// checked again for fairAliveFor: under contention the waiter behind the
+// head names it at every attempt, and each check is a round trip. A dead
+// waiter's record goes at most the watchdog timeout after it died, so
+// this adds at most fairAliveFor to that. At most fairAliveKept Clients'
+// verdicts are kept per handle.
+const (
+	fairAliveFor  = time.Second
+	fairAliveKept = 64
+)
 
 // fairPruneRounds bounds the dead waiters one attempt takes out of the
 // queue; the next attempt takes out more.
