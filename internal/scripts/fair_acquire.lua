@@ -69,6 +69,9 @@ else
   end
 end
 
+-- second says whether the caller is right behind the head, once known
+-- (nil: ask the queue).
+local second
 -- suspect is the head waiter the caller should check (see Returns), or
 -- nil: the head of a free lock's queue, or of a held lock's queue when
 -- the caller is right behind it.
@@ -76,20 +79,23 @@ local function suspect()
   if head == owner then
     return nil
   end
-  if not locked or redis.call('lindex', KEYS[2], 1) == owner then
+  if second == nil and locked then
+    second = redis.call('lindex', KEYS[2], 1) == owner
+  end
+  if not locked or second then
     return head
   end
   return nil
 end
 
-local pttl = redis.call('pttl', KEYS[1]) -- -2 free, -1 no TTL
+local pttl = locked and redis.call('pttl', KEYS[1]) or -2 -- -1: no TTL
 local held = math.max(pttl, 0)
 if ARGV[4] ~= '1' then
   return {0, held, suspect()}
 end
 
-if locked then
-  moveUp(KEYS[2], KEYS[3], 0, now + held + wait)
+if locked and head then
+  moveUp(KEYS[2], KEYS[3], 0, now + held + wait, head)
 end
 local deadline = redis.call('zscore', KEYS[3], owner)
 if not deadline then
@@ -105,9 +111,11 @@ if not deadline then
   end
   redis.call('lrem', KEYS[2], 0, owner) -- in the list only: join whole
   redis.call('zadd', KEYS[3], base + wait, owner)
-  if redis.call('rpush', KEYS[2], owner) == 1 then
+  local n = redis.call('rpush', KEYS[2], owner)
+  if n == 1 then
     head = owner
   end
+  second = n == 2
 else
   -- A live waiter: its deadline stays at least one wait past the lock's
   -- expiry, and the waiters behind it keep their distance.

@@ -40,7 +40,7 @@ if at < #queue then
   for i = at + 1, #queue do
     behind[queue[i]] = true
   end
-  shiftAll(KEYS[3], -wait, behind)
+  shiftAll(KEYS[3], -wait, behind, nil)
 end
 if at == 1 and redis.call('exists', KEYS[1]) == 0 then
   local now = nowMillis()

@@ -44,12 +44,12 @@ end
 -- shiftAll adds by ms to the deadline of every waiter, or of the waiters
 -- in the set only (nil for all), with one ZADD per 500 waiters rather
 -- than a ZINCRBY each: moving the queue costs a few commands, not two per
--- waiter.
-local function shiftAll(deadlines, by, only)
+-- waiter. all is the zset as ZRANGE WITHSCORES returns it, nil to read it.
+local function shiftAll(deadlines, by, only, all)
   if by == 0 then
     return
   end
-  local all = redis.call('zrange', deadlines, 0, -1, 'withscores')
+  all = all or redis.call('zrange', deadlines, 0, -1, 'withscores')
   local args = {}
   for i = 1, #all, 2 do
     if not only or only[all[i]] then
@@ -68,25 +68,36 @@ end
 
 -- moveUp moves every waiter's deadline by by ms (0, or -wait when a waiter
 -- left the queue by taking the lock: everyone moves up one place), and
--- further forward if the head's would then be below floor (nil for
--- none), keeping their distances. The floor applies while the lock is
--- held: nobody in the queue can take it before it is freed, so every
--- waiter counts as alive until then. Redisson's scripts drop a head whose
--- deadline has passed even while the lock is held, on the Java client's
--- clock, and its tryLock(waitTime) waiters join and move up by their own
--- waitTime; without the floor, a live Java waiter would drop itself and
--- join again at the tail, behind dlock waiters that came after it. Only
--- the head's deadline is read unless the queue moves.
-local function moveUp(queue, deadlines, by, floor)
-  local head = redis.call('lindex', queue, 0)
+-- further forward if the head's would then be below floor, keeping their
+-- distances. head is the queue's head, nil to read it. The floor applies
+-- while the lock is held: nobody in the queue can take it before it is
+-- freed, so every waiter counts as alive until then. Redisson's scripts
+-- drop a head whose deadline has passed even while the lock is held, on
+-- the Java client's clock, and its tryLock(waitTime) waiters join and
+-- move up by their own waitTime; without the floor, a live Java waiter
+-- would drop itself and join again at the tail, behind dlock waiters that
+-- came after it. With by 0 only the head's deadline is read unless the
+-- queue moves.
+local function moveUp(queue, deadlines, by, floor, head)
+  head = head or redis.call('lindex', queue, 0)
   if not head then
     return
   end
-  local first = redis.call('zscore', deadlines, head)
-  if first and floor then
-    by = math.max(by, floor - tonumber(first))
+  if by == 0 then
+    local first = redis.call('zscore', deadlines, head)
+    if first then
+      shiftAll(deadlines, math.max(0, floor - tonumber(first)), nil, nil)
+    end
+    return
   end
-  shiftAll(deadlines, by, nil)
+  local all = redis.call('zrange', deadlines, 0, -1, 'withscores')
+  for i = 1, #all, 2 do
+    if all[i] == head then
+      by = math.max(by, floor - tonumber(all[i + 1]))
+      break
+    end
+  end
+  shiftAll(deadlines, by, nil, all)
 end
 
 -- wakeHead tells the head waiter (head, with its deadline, as purge
