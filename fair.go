@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
@@ -96,6 +97,8 @@ type fairKind struct {
 	channelPrefix string // a waiter's channel is channelPrefix:<owner>
 	token         string
 	wait          int64 // fair wait timeout in ms
+
+	busy atomic.Int64 // when a waiting attempt last found the lock taken (UnixNano)
 
 	aliveMu sync.Mutex
 	alive   map[string]time.Time // a waiter's Client id -> when it was last found alive
@@ -239,8 +242,24 @@ func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head 
 		}
 	}
 	res, err = parseAttempt(nums)
+	if err == nil && r.wait && !res.acquired {
+		k.busy.Store(time.Now().UnixNano())
+	}
 	return res, head, err
 }
+
+// subscribeEarly says that a Lock should subscribe before its first
+// attempt when a waiting attempt on this handle found the lock taken less
+// than fairBusyFor ago: its attempt will most likely join the queue, and
+// subscribed first, it needs no attempt after subscribing (see
+// waiter.subscribeEarly). A wrong guess costs a subscription.
+func (k *fairKind) subscribeEarly() bool {
+	return time.Since(time.Unix(0, k.busy.Load())) < fairBusyFor
+}
+
+// fairBusyFor is how long after a waiting attempt found a fair lock taken
+// its next Locks subscribe before their first attempt.
+const fairBusyFor = time.Second
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
 	return releaseReply(k.c.tr.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},

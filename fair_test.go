@@ -822,3 +822,52 @@ func TestFairFreeLockHeadToldOnce(t *testing.T) {
 		t.Errorf("Lock behind a head that never takes the lock: %v", err)
 	}
 }
+
+// TestFairContendedLockSubscribesFirst: once a waiting attempt found the
+// fair lock taken, the next Lock subscribes before it joins the queue, and
+// so sleeps after its one attempt instead of attempting again once its
+// subscription is confirmed.
+func TestFairContendedLockSubscribesFirst(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	holder := mustFair(t, c, name)
+	held := mustLock(t, ctx, holder)
+
+	type call struct{}
+	var mu sync.Mutex
+	rounds := map[int]int{} // Lock -> attempts that found the lock taken
+	wc := newClient(t, nil, WithObserver(Observer{Wait: func(ctx context.Context, _ LockInfo, w WaitInfo) {
+		if n, ok := ctx.Value(call{}).(int); ok {
+			mu.Lock()
+			rounds[n] = w.Round
+			mu.Unlock()
+		}
+	}}))
+	m := mustFair(t, wc, name)
+	var got []<-chan lockResult
+	for n := 1; n <= 3; n++ {
+		_, g := fairWaiter(t, context.WithValue(ctx, call{}, n), m, n)
+		got = append(got, g)
+	}
+	// The third waiter is neither the head nor right behind it: it sleeps
+	// for the holder's lease (30 s) unless woken. Time for an attempt
+	// after its subscription, had it made one:
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	third := rounds[3]
+	mu.Unlock()
+	if third != 1 {
+		t.Errorf("the third Lock attempted %d times before its turn, want 1 (subscribed before its attempt)", third)
+	}
+
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range got {
+		if err := m.Unlock(await(t, g, 10*time.Second, fmt.Sprintf("waiter %d", i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -520,6 +520,12 @@ m "fair: a free lock's head told again at once" internal/scripts/fair_queue.lua 
   "  if deadline and deadline <= now + wait and deadline > now + wait - quiet then" \
   "  if false then" \
   . '^(TestFairFreeLockHeadToldOnce)$'
+# A Lock on a fair lock found taken lately subscribes before it joins the
+# queue, and needs no attempt after subscribing.
+m "fair: a contended Lock attempts again after subscribing" fair.go \
+  'return time.Since(time.Unix(0, k.busy.Load())) < fairBusyFor' \
+  'return false' \
+  . '^(TestFairContendedLockSubscribesFirst)$'
 # An attempt on a free lock drops a dead head whose deadline has passed;
 # without it a waiter that died blocks the queue for good.
 m "fair: acquire keeps a dead head" internal/scripts/fair_acquire.lua \
