@@ -166,6 +166,9 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		req.owner = owner
 		w.req = req
 	}
+	if first {
+		w.subscribeEarly(ctx)
+	}
 	if first && w.hands {
 		switch d, how := h.busyHere(req.owner); how {
 		case heldHere:

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
@@ -37,8 +39,17 @@ import (
 // included, beyond the lock's expiry, so that Redisson's scripts do not
 // drop them. A Java waiter that gives up tells nobody: the waiter right
 // behind the head checks every second while the lock is held, and a waiter
-// of a free lock wakes the head again and checks every 100 ms, so that
-// nobody sleeps on a free lock.
+// of a free lock wakes the head again (unless it was told less than
+// 100 ms ago) and checks every 100 ms, so that nobody sleeps on a free
+// lock.
+//
+// What one acquisition costs Redis: a waiter joins the queue with one
+// script and takes the lock with one more when woken; a grant moves the
+// deadlines of the queue with a single ZADD, not one command per waiter.
+// A Lock on a lock that a waiting attempt of the same handle found taken
+// less than a second ago subscribes to its channel before it joins, so it
+// needs no attempt after subscribing. A waiter named for the dead-waiter
+// check is read once a second per Client at most.
 //
 // Give every handle on one lock, in Go and in Java, the same fair wait
 // timeout: a waiter that takes the lock moves the others up by its own
@@ -95,6 +106,11 @@ type fairKind struct {
 	channelPrefix string // a waiter's channel is channelPrefix:<owner>
 	token         string
 	wait          int64 // fair wait timeout in ms
+
+	busy atomic.Int64 // when a waiting attempt last found the lock taken (UnixNano)
+
+	aliveMu sync.Mutex
+	alive   map[string]time.Time // a waiter's Client id -> when it was last found alive
 }
 
 func newFairKind(c *Client, name string, wait time.Duration) *fairKind {
@@ -139,7 +155,7 @@ func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error
 	}
 	for range fairPruneRounds {
 		res, head, err := k.try(ctx, r)
-		if err != nil || res.acquired || head == "" || !k.c.goneOwner(ctx, head) {
+		if err != nil || res.acquired || head == "" || k.aliveLately(head) || !k.gone(ctx, head) {
 			return res, err
 		}
 		if err := k.prune(ctx, head); err != nil {
@@ -151,6 +167,62 @@ func (k *fairKind) attempt(ctx context.Context, r request) (attemptResult, error
 	res, _, err := k.try(ctx, r)
 	return res, err
 }
+
+// gone reports whether the waiter owner is a dead dlock waiter
+// (Client.goneOwner), and remembers for fairAliveFor that its Client
+// lives when it is not.
+func (k *fairKind) gone(ctx context.Context, owner string) bool {
+	if k.c.goneOwner(ctx, owner) {
+		return true
+	}
+	id, ok := layout.OwnerClientID(owner)
+	if !ok {
+		return false // not a dlock owner: nothing was read
+	}
+	k.aliveMu.Lock()
+	defer k.aliveMu.Unlock()
+	now := time.Now()
+	if len(k.alive) >= fairAliveKept {
+		for o, t := range k.alive {
+			if now.Sub(t) >= fairAliveFor {
+				delete(k.alive, o)
+			}
+		}
+	}
+	if len(k.alive) < fairAliveKept {
+		if k.alive == nil {
+			k.alive = map[string]time.Time{}
+		}
+		k.alive[id] = now
+	}
+	return false
+}
+
+// aliveLately reports whether the Client of the waiter owner was found
+// alive less than fairAliveFor ago: its holder record is not read again
+// meanwhile. (Owners are made per Lock; their Client's record is what
+// says whether they live.)
+func (k *fairKind) aliveLately(owner string) bool {
+	id, ok := layout.OwnerClientID(owner)
+	if !ok {
+		return false
+	}
+	k.aliveMu.Lock()
+	defer k.aliveMu.Unlock()
+	t, ok := k.alive[id]
+	return ok && time.Since(t) < fairAliveFor
+}
+
+// A waiter named for a check (see attempt) that was found alive is not
+// checked again for fairAliveFor: under contention the waiter behind the
+// head names it at every attempt, and each check is a round trip. A dead
+// waiter's record goes at most the watchdog timeout after it died, so
+// this adds at most fairAliveFor to that. At most fairAliveKept Clients'
+// verdicts are kept per handle.
+const (
+	fairAliveFor  = time.Second
+	fairAliveKept = 64
+)
 
 // fairPruneRounds bounds the dead waiters one attempt takes out of the
 // queue; the next attempt takes out more.
@@ -179,8 +251,24 @@ func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head 
 		}
 	}
 	res, err = parseAttempt(nums)
+	if err == nil && r.wait && !res.acquired {
+		k.busy.Store(time.Now().UnixNano())
+	}
 	return res, head, err
 }
+
+// subscribeEarly says that a Lock should subscribe before its first
+// attempt when a waiting attempt on this handle found the lock taken less
+// than fairBusyFor ago: its attempt will most likely join the queue, and
+// subscribed first, it needs no attempt after subscribing (see
+// waiter.subscribeEarly). A wrong guess costs a subscription.
+func (k *fairKind) subscribeEarly() bool {
+	return time.Since(time.Unix(0, k.busy.Load())) < fairBusyFor
+}
+
+// fairBusyFor is how long after a waiting attempt found a fair lock taken
+// its next Locks subscribe before their first attempt.
+const fairBusyFor = time.Second
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
 	return releaseReply(k.c.tr.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},

@@ -729,3 +729,145 @@ func TestNewFairMutexRejectsBadInput(t *testing.T) {
 		t.Errorf("NewFairMutex after Close: %v", err)
 	}
 }
+
+// TestFairGrantMovesQueueUp: a waiter that takes the lock moves everyone
+// behind it up by one wait (Redisson's rule, which the batched ZADD keeps),
+// no further than one wait past the new hold, and keeps their distances.
+func TestFairGrantMovesQueueUp(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	holder := mustFair(t, c, name)
+	held := mustLock(t, ctx, holder)
+	wc := newClient(t, nil)
+	m := mustFair(t, wc, name)
+	_, got1 := fairWaiter(t, ctx, m, 1)
+	o2, got2 := fairWaiter(t, ctx, m, 2)
+	o3, got3 := fairWaiter(t, ctx, m, 3)
+	before2, _ := fairDeadline(t, c.rdb, name, o2)
+	before3, _ := fairDeadline(t, c.rdb, name, o3)
+
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l1 := await(t, got1, 10*time.Second, "first waiter")
+	after2, _ := fairDeadline(t, c.rdb, name, o2)
+	after3, _ := fairDeadline(t, c.rdb, name, o3)
+	wait := DefaultFairWaitTimeout.Milliseconds()
+	// The floor (one wait past the new hold) may take back the time the
+	// hand-over took, never more than a minute here.
+	if moved := after2 - before2; moved > -wait+60_000 || moved < -wait {
+		t.Errorf("the new head's deadline moved by %d ms at the grant, want about %d", moved, -wait)
+	}
+	if after3-after2 != before3-before2 {
+		t.Errorf("distance behind the new head %d -> %d ms", before3-before2, after3-after2)
+	}
+
+	if err := m.Unlock(l1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(await(t, got2, 10*time.Second, "second waiter")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(await(t, got3, 10*time.Second, "third waiter")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairFreeLockHeadToldOnce: a waiter that finds the lock free with
+// another waiter at the head tells that head, but not again within
+// fairFreeCheck (its attempt right after subscribing would), and tells it
+// again after that, in case it missed the message.
+func TestFairFreeLockHeadToldOnce(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	c := newClient(t, nil)
+	m := mustFair(t, c, name)
+	head := "1b4e28ba-2fa1-11d2-883f-0016d3cca427:1" // a Java thread, say
+	rdb := newRedis(t)
+	far := time.Now().Add(time.Hour).UnixMilli()
+	if err := rdb.ZAdd(ctx, prefixName(fairDeadlinePrefix, name), redis.Z{Score: float64(far), Member: head}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.RPush(ctx, prefixName(fairQueuePrefix, name), head).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sub := rdb.Subscribe(ctx, m.kind.(*fairKind).channel(head))
+	defer sub.Close()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := sub.Receive(sctx); err != nil { // the SUBSCRIBE's confirmation
+		t.Fatal(err)
+	}
+
+	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer lcancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(lctx)
+		errc <- err
+	}()
+	var told []time.Time
+	for len(told) < 2 {
+		if _, err := sub.ReceiveMessage(sctx); err != nil {
+			t.Fatalf("the head was told %d times: %v", len(told), err)
+		}
+		told = append(told, time.Now())
+	}
+	if gap := told[1].Sub(told[0]); gap < fairFreeCheck/2 {
+		t.Errorf("the head was told again after %v, want no sooner than about %v", gap, fairFreeCheck)
+	}
+	if err := recv(t, errc, 10*time.Second, "Lock behind the silent head"); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("Lock behind a head that never takes the lock: %v", err)
+	}
+}
+
+// TestFairContendedLockSubscribesFirst: once a waiting attempt found the
+// fair lock taken, the next Lock subscribes before it joins the queue, and
+// so sleeps after its one attempt instead of attempting again once its
+// subscription is confirmed.
+func TestFairContendedLockSubscribesFirst(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	c := newClient(t, nil)
+	holder := mustFair(t, c, name)
+	held := mustLock(t, ctx, holder)
+
+	type call struct{}
+	var mu sync.Mutex
+	rounds := map[int]int{} // Lock -> attempts that found the lock taken
+	wc := newClient(t, nil, WithObserver(Observer{Wait: func(ctx context.Context, _ LockInfo, w WaitInfo) {
+		if n, ok := ctx.Value(call{}).(int); ok {
+			mu.Lock()
+			rounds[n] = w.Round
+			mu.Unlock()
+		}
+	}}))
+	m := mustFair(t, wc, name)
+	var got []<-chan lockResult
+	for n := 1; n <= 3; n++ {
+		_, g := fairWaiter(t, context.WithValue(ctx, call{}, n), m, n)
+		got = append(got, g)
+	}
+	// The third waiter is neither the head nor right behind it: it sleeps
+	// for the holder's lease (30 s) unless woken. Time for an attempt
+	// after its subscription, had it made one:
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	third := rounds[3]
+	mu.Unlock()
+	if third != 1 {
+		t.Errorf("the third Lock attempted %d times before its turn, want 1 (subscribed before its attempt)", third)
+	}
+
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range got {
+		if err := m.Unlock(await(t, g, 10*time.Second, fmt.Sprintf("waiter %d", i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -178,6 +178,42 @@ func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	return grant{}, nil
 }
 
+// earlySubscriber is implemented by kinds whose waiters can subscribe
+// before their first attempt.
+type earlySubscriber interface {
+	// subscribeEarly reports whether a Lock that may wait should subscribe
+	// to its channel before its first attempt (the lock is likely taken).
+	subscribeEarly() bool
+}
+
+// subscribeEarly subscribes a Lock that may wait before its first attempt,
+// when the kind says the lock is likely taken, and waits for Redis to
+// confirm it. Its first sleep then waits for the messages at once: the
+// attempt that follows a new subscription (a message may have come
+// before it) is saved, one round trip per contended Lock. A kind asks
+// for it where a Lock has a channel of its own (the fair lock's), which
+// no other waiter of this Client can be subscribed to already. A
+// subscription that fails or is not confirmed before ctx ends is left to
+// the first sleep, as without this.
+func (w *waiter) subscribeEarly(ctx context.Context) {
+	k, ok := w.h.kind.(earlySubscriber)
+	if !ok || !w.req.wait || w.sub != nil || w.h.c.holds.held(w.h.holdKey(w.req.owner)) != nil || !k.subscribeEarly() {
+		return
+	}
+	sub, err := w.subscribe(ctx, w.h.kind.channel(w.req.owner))
+	if err != nil {
+		return
+	}
+	select {
+	case <-sub.Ready():
+		w.sub = sub
+	case <-ctx.Done():
+		sub.Close(false)
+	case <-w.h.c.done:
+		sub.Close(false)
+	}
+}
+
 // subscribe subscribes to channel through the hub. Opening the hub's
 // connection to a server that does not answer can take the Redis client's
 // dial and read timeouts whatever ctx says, so when ctx can end, subscribe

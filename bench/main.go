@@ -76,7 +76,7 @@ var scenarios = []struct {
 	libs []string
 }{
 	{"unc", []string{"dlock", "dlock-lease", "dlock-ctx", "redsync", "redislock-1ms", "rueidislock"}},
-	{"hot", []string{"dlock", "dlock-lease", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
+	{"hot", []string{"dlock", "dlock-lease", "dlock-fair", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
 	{"redlock", nil}, // redLibs
 	{"watchdog", []string{"dlock", "redsync", "redislock-10ms", "rueidislock"}},
 	{"waiters", []string{"dlock", "dlock-fair", "redsync", "redislock-10ms", "rueidislock"}},

@@ -553,27 +553,45 @@ return 1" \
 # A fair unlock wakes the head waiter on its own channel; without it the
 # head sleeps out the old holder's lease.
 m "fair: release does not wake the head waiter" internal/scripts/fair_release.lua \
-  "wakeHead(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3])
+  "wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1" \
   "return 1" \
   . '^(TestFairUnlockWakesHead|TestFairGrantOrder)$'
 # When the head of a free lock's queue gives up, the next waiter is woken
 # at once, not when its sleep (the old lease) runs out.
 m "fair: leave does not wake the next waiter" internal/scripts/fair_leave.lua \
-  "  wakeHead(KEYS[2], KEYS[3], KEYS[4], now, wait, ARGV[3], ARGV[4])
+  "  wakeHead(KEYS[3], KEYS[4], now, wait, ARGV[3], ARGV[4], head, deadline, 0)
 end" \
   "end" \
   . '^(TestFairAbandonWakesNextHead)$'
 # The waiters behind one that gives up move up by one wait (no drift).
 m "fair: leave leaves the deadlines behind unchanged" internal/scripts/fair_leave.lua \
-  "redis.call('zincrby', KEYS[3], -wait, queue[i])" \
-  "local _ = queue[i]" \
+  "shiftAll(KEYS[3], -wait, behind, nil)" \
+  "local _ = behind" \
   . '^(TestFairCancelledWaiterLeaves)$'
+# A waiter that takes the lock moves the queue up by one wait (one ZADD
+# for everyone); without it every grant lets the deadlines drift.
+m "fair: a grant leaves the queue's deadlines where they were" internal/scripts/fair_acquire.lua \
+  "moveUp(KEYS[2], KEYS[3], -wait, now + lease + wait)" \
+  "moveUp(KEYS[2], KEYS[3], 0, now + lease + wait)" \
+  . '^(TestFairGrantMovesQueueUp)$'
+# A head told that the lock is free is not told again within
+# fairFreeCheck: each extra message costs it an attempt.
+m "fair: a free lock's head told again at once" internal/scripts/fair_queue.lua \
+  "  if deadline and deadline <= now + wait and deadline > now + wait - quiet then" \
+  "  if false then" \
+  . '^(TestFairFreeLockHeadToldOnce)$'
+# A Lock on a fair lock found taken lately subscribes before it joins the
+# queue, and needs no attempt after subscribing.
+m "fair: a contended Lock attempts again after subscribing" fair.go \
+  'return time.Since(time.Unix(0, k.busy.Load())) < fairBusyFor' \
+  'return false' \
+  . '^(TestFairContendedLockSubscribesFirst)$'
 # An attempt on a free lock drops a dead head whose deadline has passed;
 # without it a waiter that died blocks the queue for good.
 m "fair: acquire keeps a dead head" internal/scripts/fair_acquire.lua \
-  "purge(KEYS[1], KEYS[2], KEYS[3], now, owner)" \
-  "local _ = now" \
+  "head, headDeadline = purge(KEYS[2], KEYS[3], now, owner)" \
+  "head, headDeadline = redis.call('lindex', KEYS[2], 0), math.huge" \
   . '^(TestFairDeadWaiterSkipped)$'
 # A dlock waiter whose holder record is gone (its process died) leaves
 # the queue at the next attempt of another waiter, not at its deadline.
@@ -583,8 +601,8 @@ m "fair: a dead dlock waiter kept until its deadline" clientinfo.go \
   . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
 # The acquire script names the head of a free lock's queue for the check.
 m "fair: the head of a free lock not named for a check" internal/scripts/fair_acquire.lua \
-  "if redis.call('exists', KEYS[1]) == 0 or redis.call('lindex', KEYS[2], 1) == owner then" \
-  "if redis.call('lindex', KEYS[2], 1) == owner then" \
+  "  if not locked or second then" \
+  "  if second then" \
   . '^(TestFairTryLockPastDeadWaiter)$'
 # A waiter joins the queue only once its Client's record is written.
 m "fair: joins the queue before its record is written" fair.go \

@@ -31,23 +31,10 @@
 local lease = tonumber(ARGV[1])
 local owner = ARGV[2]
 local wait = tonumber(ARGV[3])
-if reentry(ARGV[5]) and redis.call('hexists', KEYS[1], owner) == 0 then
+local locked = redis.call('exists', KEYS[1]) == 1
+local holds = locked and redis.call('hexists', KEYS[1], owner) == 1
+if reentry(ARGV[5]) and not holds then
   return {-2, 0} -- the hold this re-entry is for is gone
-end
-local now = nowMillis()
-purge(KEYS[1], KEYS[2], KEYS[3], now, owner)
-
--- suspect is the head waiter the caller should check (see Returns), or
--- nil.
-local function suspect()
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head or head == owner then
-    return nil
-  end
-  if redis.call('exists', KEYS[1]) == 0 or redis.call('lindex', KEYS[2], 1) == owner then
-    return head
-  end
-  return nil
 end
 
 local function grant(held)
@@ -56,36 +43,59 @@ local function grant(held)
   return {1, fence(KEYS[4], ARGV[5], held)}
 end
 
-if redis.call('exists', KEYS[1]) == 0 then
-  local head = redis.call('lindex', KEYS[2], 0)
+if holds then
+  return grant(true)
+end
+local now = nowMillis()
+-- head is the queue's head waiter: read once, after the purge of dead
+-- heads while the lock is free; headDeadline its deadline then.
+local head, headDeadline
+if locked then
+  head = redis.call('lindex', KEYS[2], 0)
+else
+  head, headDeadline = purge(KEYS[2], KEYS[3], now, owner)
   if not head then
     return grant(false)
   end
   if head == owner then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], owner)
-    -- Everyone moves up one place (Redisson's rule) ...
-    for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-      redis.call('zincrby', KEYS[3], -wait, w)
-    end
-    -- ... but no further than the new hold allows: waiters that joined
-    -- with a shorter wait (a Java tryLock's waitTime) must not go stale
-    -- while the lock they wait for is held.
-    keepAlive(KEYS[2], KEYS[3], now + lease + wait)
+    -- Everyone moves up one place (Redisson's rule), but no further than
+    -- the new hold allows: waiters that joined with a shorter wait (a
+    -- Java tryLock's waitTime) must not go stale while the lock they wait
+    -- for is held.
+    moveUp(KEYS[2], KEYS[3], -wait, now + lease + wait)
     return grant(false)
   end
-elseif redis.call('hexists', KEYS[1], owner) == 1 then
-  return grant(true)
 end
 
-local held = math.max(redis.call('pttl', KEYS[1]), 0) -- -2 free, -1 no TTL
+-- second says whether the caller is right behind the head, once known
+-- (nil: ask the queue).
+local second
+-- suspect is the head waiter the caller should check (see Returns), or
+-- nil: the head of a free lock's queue, or of a held lock's queue when
+-- the caller is right behind it.
+local function suspect()
+  if head == owner then
+    return nil
+  end
+  if second == nil and locked then
+    second = redis.call('lindex', KEYS[2], 1) == owner
+  end
+  if not locked or second then
+    return head
+  end
+  return nil
+end
+
+local pttl = locked and redis.call('pttl', KEYS[1]) or -2 -- -1: no TTL
+local held = math.max(pttl, 0)
 if ARGV[4] ~= '1' then
   return {0, held, suspect()}
 end
 
-local locked = redis.call('exists', KEYS[1]) == 1
-if locked then
-  keepAlive(KEYS[2], KEYS[3], now + held + wait)
+if locked and head then
+  moveUp(KEYS[2], KEYS[3], 0, now + held + wait, head)
 end
 local deadline = redis.call('zscore', KEYS[3], owner)
 if not deadline then
@@ -101,20 +111,27 @@ if not deadline then
   end
   redis.call('lrem', KEYS[2], 0, owner) -- in the list only: join whole
   redis.call('zadd', KEYS[3], base + wait, owner)
-  redis.call('rpush', KEYS[2], owner)
+  local n = redis.call('rpush', KEYS[2], owner)
+  if n == 1 then
+    head = owner
+  end
+  second = n == 2
 else
   -- A live waiter: its deadline stays at least one wait past the lock's
   -- expiry, and the waiters behind it keep their distance.
   local delta = now + held + wait - tonumber(deadline)
   if delta > 0 then
-    local behind = false
+    local behind = {}
+    local found = false
     for _, w in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do
-      behind = behind or w == owner
-      if behind then
-        redis.call('zincrby', KEYS[3], delta, w)
+      found = found or w == owner
+      if found then
+        behind[w] = true
       end
     end
-    if not behind then
+    behind[owner] = true
+    shiftAll(KEYS[3], delta, behind)
+    if not found then
       redis.call('rpush', KEYS[2], owner) -- in the zset only: make it whole
     end
   end
@@ -126,23 +143,24 @@ end
 -- waitTime ran out) leaves the queue without a word, and if the lock was
 -- freed meanwhile, the new head would sleep out the old lease. While the
 -- lock is free and another waiter is the head: that head is told again
--- (it may be a Java thread that missed its message, or gone), and the
--- caller looks again within ARGV[9], and by the head's deadline, when it
--- is skipped. A waiter tries at least every half wait, which keeps its
--- deadline ahead, and at least once per lease, in case the head took the
--- lock and died holding it.
+-- (it may be a Java thread that missed its message, or gone) unless it
+-- was told within ARGV[9], and the caller looks again within ARGV[9], and
+-- by the head's deadline, when it is skipped. A waiter tries at least
+-- every half wait, which keeps its deadline ahead, and at least once per
+-- lease, in case the head took the lock and died holding it.
 local ttl
+local named = suspect()
 if locked then
-  ttl = redis.call('pttl', KEYS[1])
+  ttl = pttl
   if ttl < 0 then
     ttl = wait
   end
-  if redis.call('lindex', KEYS[2], 1) == owner then
+  if named then
     ttl = math.min(ttl, tonumber(ARGV[8]))
   end
 else
-  local head = redis.call('lindex', KEYS[2], 0)
-  wakeHead(KEYS[2], KEYS[3], KEYS[5], now, wait, ARGV[6], ARGV[7])
-  ttl = math.min(tonumber(redis.call('zscore', KEYS[3], head)) - now, lease, tonumber(ARGV[9]))
+  local quiet = tonumber(ARGV[9])
+  wakeHead(KEYS[3], KEYS[5], now, wait, ARGV[6], ARGV[7], head, headDeadline, quiet)
+  ttl = math.min(math.min(headDeadline, now + wait) - now, lease, quiet)
 end
-return {0, math.max(1, math.min(ttl, math.floor(wait / 2))), suspect()}
+return {0, math.max(1, math.min(ttl, math.floor(wait / 2))), named}

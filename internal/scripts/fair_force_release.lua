@@ -20,8 +20,8 @@ end
 local deleted = redis.call('del', KEYS[1])
 if deleted == 1 then
   local now = nowMillis()
-  purge(KEYS[1], KEYS[2], KEYS[3], now, nil)
-  wakeHead(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[3]), ARGV[1], ARGV[2])
+  local head, deadline = purge(KEYS[2], KEYS[3], now, nil)
+  wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[3]), ARGV[1], ARGV[2], head, deadline, 0)
 end
 redis.call('set', KEYS[5], deleted, 'px', ARGV[4])
 return deleted

@@ -35,12 +35,16 @@ redis.call('lrem', KEYS[2], 0, ARGV[1])
 if ARGV[5] == '1' then
   redis.call(ARGV[4], KEYS[4] .. ':' .. ARGV[1], ARGV[3])
 end
-for i = at + 1, #queue do
-  redis.call('zincrby', KEYS[3], -wait, queue[i])
+if at < #queue then
+  local behind = {}
+  for i = at + 1, #queue do
+    behind[queue[i]] = true
+  end
+  shiftAll(KEYS[3], -wait, behind, nil)
 end
 if at == 1 and redis.call('exists', KEYS[1]) == 0 then
   local now = nowMillis()
-  purge(KEYS[1], KEYS[2], KEYS[3], now, nil)
-  wakeHead(KEYS[2], KEYS[3], KEYS[4], now, wait, ARGV[3], ARGV[4])
+  local head, deadline = purge(KEYS[2], KEYS[3], now, nil)
+  wakeHead(KEYS[3], KEYS[4], now, wait, ARGV[3], ARGV[4], head, deadline, 0)
 end
 return 1

@@ -20,66 +20,102 @@ local function nowMillis()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- purge drops dead waiters from the head of the queue. It only runs while
--- the lock is free: a head cannot take a held lock anyway, so dropping it
--- then gains nothing and could drop a live one. caller (nil for none) is
--- alive by definition and ends the purge. A head without a deadline is
--- dropped too rather than compared with nil.
-local function purge(lock, queue, deadlines, now, caller)
-  if redis.call('exists', lock) == 1 then
-    return
-  end
+-- purge drops dead waiters from the head of the queue, and returns the
+-- head left (nil for none) with its deadline (nil when it is the caller).
+-- Callers run it only while the lock is free: a head cannot take a held
+-- lock anyway, so dropping it then gains nothing and could drop a live
+-- one. caller (nil for none) is alive by definition and ends the purge. A
+-- head without a deadline is dropped too rather than compared with nil.
+local function purge(queue, deadlines, now, caller)
   while true do
     local head = redis.call('lindex', queue, 0)
     if not head or head == caller then
-      return
+      return head, nil
     end
     local deadline = redis.call('zscore', deadlines, head)
     if deadline and tonumber(deadline) > now then
-      return
+      return head, tonumber(deadline)
     end
     redis.call('lpop', queue)
     redis.call('zrem', deadlines, head)
   end
 end
 
--- keepAlive moves every waiter's deadline forward, keeping their distances,
--- so that the head's is at least floor. It runs while the lock is held:
--- nobody in the queue can take it before it is freed, so every waiter
--- counts as alive until then. Redisson's scripts drop a head whose
--- deadline has passed even while the lock is held, on the Java client's
--- clock, and its tryLock(waitTime) waiters join and move up by their own
--- waitTime; without this, a live Java waiter would drop itself and join
--- again at the tail, behind dlock waiters that came after it.
-local function keepAlive(queue, deadlines, floor)
-  local waiters = redis.call('lrange', queue, 0, -1)
-  if #waiters == 0 then
+-- shiftAll adds by ms to the deadline of every waiter, or of the waiters
+-- in the set only (nil for all), with one ZADD per 500 waiters rather
+-- than a ZINCRBY each: moving the queue costs a few commands, not two per
+-- waiter. all is the zset as ZRANGE WITHSCORES returns it, nil to read it.
+local function shiftAll(deadlines, by, only, all)
+  if by == 0 then
     return
   end
-  local first = redis.call('zscore', deadlines, waiters[1])
-  local push = floor - tonumber(first or floor)
-  if push <= 0 then
-    return
-  end
-  for _, w in ipairs(waiters) do
-    if redis.call('zscore', deadlines, w) then
-      redis.call('zincrby', deadlines, push, w)
+  all = all or redis.call('zrange', deadlines, 0, -1, 'withscores')
+  local args = {}
+  for i = 1, #all, 2 do
+    if not only or only[all[i]] then
+      args[#args + 1] = tonumber(all[i + 1]) + by
+      args[#args + 1] = all[i]
     end
+    if #args >= 1000 then
+      redis.call('zadd', deadlines, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then
+    redis.call('zadd', deadlines, unpack(args))
   end
 end
 
--- wakeHead tells the head waiter, on its own channel, that the lock is free,
--- and gives it at most wait ms from now to take it: a head that died holds
--- the queue up for no longer than that after an unlock.
-local function wakeHead(queue, deadlines, channelPrefix, now, wait, message, publish)
-  local head = redis.call('lindex', queue, 0)
+-- moveUp moves every waiter's deadline by by ms (0, or -wait when a waiter
+-- left the queue by taking the lock: everyone moves up one place), and
+-- further forward if the head's would then be below floor, keeping their
+-- distances. head is the queue's head, nil to read it. The floor applies
+-- while the lock is held: nobody in the queue can take it before it is
+-- freed, so every waiter counts as alive until then. Redisson's scripts
+-- drop a head whose deadline has passed even while the lock is held, on
+-- the Java client's clock, and its tryLock(waitTime) waiters join and
+-- move up by their own waitTime; without the floor, a live Java waiter
+-- would drop itself and join again at the tail, behind dlock waiters that
+-- came after it. With by 0 only the head's deadline is read unless the
+-- queue moves.
+local function moveUp(queue, deadlines, by, floor, head)
+  head = head or redis.call('lindex', queue, 0)
   if not head then
     return
   end
-  local deadline = redis.call('zscore', deadlines, head)
-  if not deadline or tonumber(deadline) > now + wait then
+  if by == 0 then
+    local first = redis.call('zscore', deadlines, head)
+    if first then
+      shiftAll(deadlines, math.max(0, floor - tonumber(first)), nil, nil)
+    end
+    return
+  end
+  local all = redis.call('zrange', deadlines, 0, -1, 'withscores')
+  for i = 1, #all, 2 do
+    if all[i] == head then
+      by = math.max(by, floor - tonumber(all[i + 1]))
+      break
+    end
+  end
+  shiftAll(deadlines, by, nil, all)
+end
+
+-- wakeHead tells the head waiter (head, with its deadline, as purge
+-- returned them; nil for none), on its own channel, that the lock is free,
+-- and gives it at most wait ms from now to take it: a head that died holds
+-- the queue up for no longer than that after an unlock. A head told so
+-- less than quiet ms ago (its deadline says so) is not told again: a
+-- waiter that finds the lock free right after an unlock must not wake the
+-- head twice (each wake-up costs it an attempt).
+local function wakeHead(deadlines, channelPrefix, now, wait, message, publish, head, deadline, quiet)
+  if not head then
+    return
+  end
+  if deadline and deadline <= now + wait and deadline > now + wait - quiet then
+    return
+  end
+  if not deadline or deadline > now + wait then
     redis.call('zadd', deadlines, now + wait, head)
   end
   redis.call(publish, channelPrefix .. ':' .. head, message)
 end
-

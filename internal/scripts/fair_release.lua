@@ -16,18 +16,19 @@
 -- Returns 1 when the lock was freed, -1 when this owner did not hold it
 -- (also what a command re-sent after a lost reply finds; the Client knows
 -- it re-sent and reads that as released).
-local now = nowMillis()
 if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
   if redis.call('exists', KEYS[1]) == 0 then
     -- The lock expired; its head waiter may still be asleep.
-    purge(KEYS[1], KEYS[2], KEYS[3], now, nil)
-    wakeHead(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3])
+    local now = nowMillis()
+    local head, deadline = purge(KEYS[2], KEYS[3], now, nil)
+    wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
   end
   return -1
 end
 if redis.call('exists', KEYS[1]) == 1 then
   return 0 -- another owner's field, written by hand: leave it
 end
-purge(KEYS[1], KEYS[2], KEYS[3], now, nil)
-wakeHead(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3])
+local now = nowMillis()
+local head, deadline = purge(KEYS[2], KEYS[3], now, nil)
+wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1
