@@ -258,7 +258,8 @@ func (k psemKind) attempt(ctx context.Context, r request) (attemptResult, error)
 	return permitReply(cmd.Text())
 }
 
-// permitReply reads the reply of psem_acquire.lua: "OK" when taken, else
+// permitReply reads the reply of psem_acquire.lua: "OK" when taken ("OK+"
+// when more permits are available), else
 // ":<ms>", the earliest expiry of a held permit, or nil when none expires.
 func permitReply(res string, err error) (attemptResult, error) {
 	ttl := syncPoll
@@ -266,8 +267,8 @@ func permitReply(res string, err error) (attemptResult, error) {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
 		return attemptResult{}, err
-	case res == "OK":
-		return attemptResult{acquired: true}, nil
+	case res == "OK", res == "OK+":
+		return attemptResult{acquired: true, more: res == "OK+"}, nil
 	case strings.HasPrefix(res, ":"):
 		if ms, err := strconv.ParseInt(res[1:], 10, 64); err == nil {
 			ttl = min(max(time.Until(time.UnixMilli(ms)), time.Millisecond), syncPoll)
@@ -295,6 +296,35 @@ func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check
 		return notHeld, nil
 	}
 	return released, nil
+}
+
+// countedWakes: a message on a semaphore's channel is how many permits
+// are available, so it wakes that many of a Client's waiters.
+func (k psemKind) countedWakes() {}
+
+// releaseTo gives back the permit r.owner and hands it, as the permit
+// next.owner with next.lease, to a waiter of this Client when allows
+// (psem_release_to.lua; handoff.go). res is notHeld when r.owner was not
+// held (a 0 to a command sent twice answers the repeat: released).
+func (k psemKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
+	s := k.s
+	now := nowMillis(time.Now())
+	cmd, resent := s.c.tr.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), now, s.c.publish, r.owner,
+		next.owner, now+millis(next.lease), when, ours)
+	v, err := cmd.Int64Slice()
+	switch {
+	case err != nil:
+		return handoff{}, err
+	case len(v) != 2:
+		return handoff{}, fmt.Errorf("dlock: semaphore %q: unexpected release reply %v", s.name, v)
+	case v[0] == 2:
+		return handoff{res: released, handed: true}, nil
+	case v[0] == 1:
+		return handoff{res: released, freed: true}, nil
+	case resent:
+		return handoff{res: released}, nil
+	}
+	return handoff{res: notHeld}, nil
 }
 
 // forceRelease is not asked for: a PermitSemaphore has no ForceUnlock
@@ -375,12 +405,42 @@ func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseRe
 	if err := gate.Err(); err != nil {
 		return 0, nil, err
 	}
-	var chk *transport.Check
 	if s.c.tr.Synced() {
-		chk = new(transport.Check)
+		chk := new(transport.Check)
+		res, err = psemKind{s}.releaseID(ctx, id, chk)
+		return res, chk.Failed(), gate.Saw(err)
 	}
-	res, err = psemKind{s}.releaseID(ctx, id, chk)
-	return res, chk.Failed(), gate.Saw(err)
+	res, err = s.handOver(ctx, id)
+	return res, nil, gate.Saw(err)
+}
+
+// permitHandoffBound is how many times in a row a Client hands a permit
+// to its own waiters while another process waits for one too. Higher than
+// a lock's (handoffBound): a semaphore has several permits, and each
+// release that frees one wakes a waiter in every Client, of which one at
+// most gets it; each Client frees every (permitHandoffBound+1)-th permit
+// it releases, so with k Clients holding permits another process's waiter
+// sees a permit freed every (permitHandoffBound+1)/k releases.
+const permitHandoffBound = 8
+
+// handOver gives back permit id and hands it to the first waiter of this
+// Client for a permit of s, if one waits (handoff.go): the waiter gets it
+// with this round trip, no other waiter is woken for a permit it cannot
+// have, and the permit is never free in between for other processes to
+// race for. So that they are not starved, it is handed over at most
+// handoffBound times in a row while another process waits; the next
+// release frees it and publishes. Not with WithReplicaSync: a hand-over
+// would skip the replica sync of the waiter's acquisition.
+func (s *PermitSemaphore) handOver(ctx context.Context, id string) (releaseResult, error) {
+	k, qk := psemKind{s}, s.h.queueKey()
+	next, when := s.c.queues.nextWithin(qk, permitHandoffBound)
+	if next == nil {
+		return k.releaseID(ctx, id, nil)
+	}
+	start := time.Now()
+	ho, err := k.releaseTo(ctx, request{owner: id}, next.req, when, 1) // the waiter subscribed this Client
+	s.c.queues.handedOver(qk, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil, start: start})
+	return ho.res, err
 }
 
 // UpdateLease sets the lease of the permit permitCtx holds: with lease > 0

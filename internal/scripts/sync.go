@@ -24,6 +24,8 @@ var (
 	psemAcquire string
 	//go:embed psem_release.lua
 	psemRelease string
+	//go:embed psem_release_to.lua
+	psemReleaseTo string
 	//go:embed psem_lease.lua
 	psemLease string
 	//go:embed psem_count.lua
@@ -74,10 +76,13 @@ var (
 var (
 	PsemAcquire = idempotent(psemReclaim + psemAcquire)
 	PsemRelease = idempotent(psemRelease)
-	PsemLease   = idempotent(psemReclaim + psemLease)
-	PsemCount   = idempotent(psemReclaim + psemCount)
-	PsemAdd     = once(psemAdd)
-	PsemSet     = idempotent(psemSet)
+	// PsemReleaseTo releases a permit and hands it to a waiter of the
+	// same Client (psem_release_to.lua).
+	PsemReleaseTo = idempotent(psemReleaseTo)
+	PsemLease     = idempotent(psemReclaim + psemLease)
+	PsemCount     = idempotent(psemReclaim + psemCount)
+	PsemAdd       = once(psemAdd)
+	PsemSet       = idempotent(psemSet)
 )
 
 // Count-down latch (Redisson RCountDownLatch) scripts.
