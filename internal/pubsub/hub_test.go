@@ -154,7 +154,7 @@ func TestCountedWake(t *testing.T) {
 		}
 	}
 	wokenNow := func(ws ...*Waiter) []bool { return woken(0, ws...) } // and takes the wake-ups
-	pending := func() []bool { // without taking them
+	pending := func() []bool {                                        // without taking them
 		got := make([]bool, len(cs))
 		for i, w := range cs {
 			got[i] = len(w.wake) == 1
