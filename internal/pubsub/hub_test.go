@@ -153,8 +153,9 @@ func TestCountedWake(t *testing.T) {
 			t.Fatal("marker message not received")
 		}
 	}
-	wokenNow := func(ws ...*Waiter) []bool { return woken(0, ws...) } // and takes the wake-ups
-	pending := func() []bool {                                        // without taking them
+	// wokenNow takes the wake-ups it sees; pending leaves them.
+	wokenNow := func(ws ...*Waiter) []bool { return woken(0, ws...) }
+	pending := func() []bool {
 		got := make([]bool, len(cs))
 		for i, w := range cs {
 			got[i] = len(w.wake) == 1
