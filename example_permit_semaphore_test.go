@@ -77,3 +77,29 @@ func ExampleWithPermitLease() {
 	// lost: true
 	// available: 1
 }
+
+// A permit without lease never expires, as Redisson's acquire() without a
+// lease: only a release (by its holder, by id, or by a Java client) gives
+// it back. Permits lists it without expiry.
+func ExampleWithPermitLease_noLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	slots, _ := locks.NewPermitSemaphore("example:exports", dlock.WithPermitLease(dlock.NoPermitLease))
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 1)
+	permitCtx, err := slots.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	infos, _ := slots.Permits(ctx)
+	fmt.Println("expires:", infos[0].Expires.IsZero())
+	fmt.Println("released:", slots.Release(permitCtx) == nil)
+	// Output:
+	// expires: true
+	// released: true
+}

@@ -42,8 +42,9 @@ const noExpiryScore = "922337203685477"
 // held by the watchdog that renews the Client's locks, so a live holder
 // keeps it as long as it needs and a dead one's comes back within one
 // timeout. Redisson's permits without lease never expire (score
-// 922337203685477); dlock never writes one, and reads them as permits that
-// do not expire. With WithPermitLease each permit has a fixed lease, not
+// 922337203685477); dlock writes one only when asked (NoPermitLease), and
+// reads them as permits that do not expire. With WithPermitLease each
+// permit has a fixed lease, not
 // renewed; the watchdog checks it all the same, so that a permit taken
 // back (ReleaseID, Delete) is noticed within a third of the watchdog
 // timeout, as a lock's hold is.
@@ -73,9 +74,36 @@ type PermitOption func(*PermitSemaphore)
 
 // WithPermitLease gives each permit a fixed lease d (at least 1ms, at most
 // MaxLease), not renewed: the permit context is cancelled when it runs out.
-// UpdateLease changes it for one permit.
+// With d = NoPermitLease permits never expire. UpdateLease changes it for
+// one permit.
 func WithPermitLease(d time.Duration) PermitOption {
 	return func(s *PermitSemaphore) { s.lease = d }
+}
+
+// NoPermitLease, given to WithPermitLease or UpdateLease, makes permits
+// that never expire, as Redisson's acquire() without a lease (its
+// default): in Redis the permit's expiry is Redisson's no-expiry score
+// 922337203685477, so a Java client sees a permit without lease
+// (getLeaseTime -1). Such a permit is not renewed and its permit context
+// is not cancelled by time; the watchdog still checks it, so that one
+// taken back (ReleaseID, Delete) is noticed within a third of the watchdog
+// timeout. It comes back to the pool only when released: a holder that
+// dies keeps it for good, which is why dlock's default is the watchdog
+// lease and not this one.
+const NoPermitLease time.Duration = -1
+
+// foreverLease is how a permit without lease (NoPermitLease) is kept in
+// this process: a lease that no process outlives. The scripts are given
+// the no-expiry score instead (expiryArg).
+const foreverLease = 100 * 365 * 24 * time.Hour
+
+// expiryArg is the expiry a permit taken or relet at now (epoch ms) with
+// lease gets in Redis: now+lease, or the no-expiry score.
+func expiryArg(now int64, lease time.Duration) any {
+	if lease >= foreverLease {
+		return noExpiryScore
+	}
+	return now + millis(lease)
 }
 
 // NewPermitSemaphore returns the permit semaphore called name. It does not
@@ -90,8 +118,11 @@ func (c *Client) NewPermitSemaphore(name string, opts ...PermitOption) (*PermitS
 	for _, o := range opts {
 		o(s)
 	}
-	if s.lease != 0 && (s.lease < time.Millisecond || s.lease > MaxLease) {
-		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v]", ErrInvalidOption, s.lease, MaxLease)
+	switch {
+	case s.lease == NoPermitLease:
+		s.lease = foreverLease
+	case s.lease != 0 && (s.lease < time.Millisecond || s.lease > MaxLease):
+		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease)", ErrInvalidOption, s.lease, MaxLease)
 	}
 	s.h = handle{c: c, name: name, kind: psemKind{s}, cfg: lockConfig{lease: s.lease, hasLease: s.lease != 0}, acqKey: permitKey{c, name}}
 	return s, nil
@@ -183,6 +214,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 // Waiting is push: the waiter subscribes to the semaphore's channel and
 // tries again on each message, when the earliest held permit expires, and
 // at least every second, so a lost message costs a second, never a hang.
+// Waiters of one Client queue: a Release of this Client hands its permit
+// to the longest waiter (see Release), and an Acquire that finds waiters
+// of its Client queued joins them without an attempt.
 // An attempt whose reply was lost, or came after the lease it set, gives
 // its permit back in the background, as a Lock does: each attempt's
 // permit id is made here, so it can be. While Redis cannot be reached (the Client's
@@ -254,7 +288,7 @@ func (k psemKind) newOwner() (string, error) {
 func (k psemKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	s := k.s
 	now := nowMillis(time.Now())
-	cmd, _ := s.c.tr.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, now+millis(r.lease), r.owner, noExpiryScore)
+	cmd, _ := s.c.tr.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, expiryArg(now, r.lease), r.owner, noExpiryScore)
 	return permitReply(cmd.Text())
 }
 
@@ -310,7 +344,7 @@ func (k psemKind) releaseTo(ctx context.Context, r, next request, when string, o
 	s := k.s
 	now := nowMillis(time.Now())
 	cmd, resent := s.c.tr.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), now, s.c.publish, r.owner,
-		next.owner, now+millis(next.lease), when, ours)
+		next.owner, expiryArg(now, next.lease), when, ours)
 	v, err := cmd.Int64Slice()
 	switch {
 	case err != nil:
@@ -357,7 +391,11 @@ func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error)
 
 // Release gives back the permit that permitCtx holds (a context returned
 // by Acquire or TryAcquire on this semaphore, or derived from one) and
-// wakes waiters; permitCtx ends with cause ErrUnlocked. The error wraps
+// wakes waiters; permitCtx ends with cause ErrUnlocked. When waiters of
+// this Client wait, the permit goes straight to the one that waited
+// longest, with no message (at most 8 times in a row
+// while another process waits too; then the permit is freed and
+// published). The error wraps
 // ErrNotHeld when permitCtx carries no permit of this semaphore, when the
 // permit was already released, or when Redis no longer has it (it expired
 // and was reclaimed). A permit that expired but was not reclaimed yet is
@@ -445,15 +483,19 @@ func (s *PermitSemaphore) handOver(ctx context.Context, id string) (releaseResul
 
 // UpdateLease sets the lease of the permit permitCtx holds: with lease > 0
 // it expires lease from now and is no longer renewed; with lease 0 the
-// watchdog renews it from now on. The error wraps ErrNotHeld (and
+// watchdog renews it from now on; with NoPermitLease it never expires (as
+// Redisson's updateLeaseTime with -1). The error wraps ErrNotHeld (and
 // permitCtx is cancelled with cause ErrLockLost) when Redis no longer has
 // the permit.
 func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Duration) error {
 	if err := s.check(permitCtx); err != nil {
 		return err
 	}
-	if lease < 0 || lease > MaxLease || lease > 0 && lease < time.Millisecond {
-		return fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or 0 for the watchdog)", ErrInvalidOption, lease, MaxLease)
+	switch {
+	case lease == NoPermitLease:
+		lease = foreverLease
+	case lease < 0 || lease > MaxLease || lease > 0 && lease < time.Millisecond:
+		return fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or 0 for the watchdog, NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
 	}
 	p, err := s.permitFrom(permitCtx)
 	if err != nil {
@@ -469,7 +511,7 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 	d := s.leaseOf(lease)
 	start := time.Now()
 	now := nowMillis(start)
-	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), now, s.c.publish, now+d.Milliseconds(), p.id).Int64Slice()
+	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), now, s.c.publish, expiryArg(now, d), p.id).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("dlock: semaphore %q: update lease: %w", s.name, err)
 	}

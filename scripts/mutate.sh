@@ -407,6 +407,12 @@ m "permits: waiter's place keeps its first permit id" wait.go \
 ' \
   '' \
   . '^(TestPermitSemaphoreHandOverAfterRetry)$'
+# A permit without lease (NoPermitLease) gets Redisson's no-expiry score,
+# never an expiry.
+m "permits: a permit without lease gets an expiry" permit_semaphore.go \
+  'if lease >= foreverLease {' \
+  'if false {' \
+  . '^(TestPermitSemaphoreNoLease)$'
 # A message "n" on a semaphore's channel wakes n of a Client's permit
 # waiters, not all of them.
 m "permits: a message wakes every counting waiter" internal/pubsub/hub.go \
