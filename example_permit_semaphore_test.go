@@ -103,3 +103,26 @@ func ExampleWithPermitLease_noLease() {
 	// expires: true
 	// released: true
 }
+
+// A lease for one permit: this one expires after a second whatever the
+// semaphore's lease.
+func ExamplePermitSemaphore_AcquireWithLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	slots, _ := locks.NewPermitSemaphore("example:uploads")
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 1)
+	permitCtx, err := slots.AcquireWithLease(ctx, time.Second)
+	if err != nil {
+		panic(err)
+	}
+	<-permitCtx.Done() // the lease ran out
+	fmt.Println(errors.Is(context.Cause(permitCtx), dlock.ErrLockLost))
+	// Output:
+	// true
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -98,3 +99,107 @@ func mustHex(t testing.TB, s string) []byte {
 
 // formatScore prints a zset score as Lua and Java read it: an integer.
 func formatScore(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// TestPermitSemaphoreLeasePerCall: AcquireWithLease and
+// TryAcquireWithLease take a permit with the lease of the call, whatever
+// the semaphore's: fixed (its context ends when it runs out), none (the
+// no-expiry score), or the watchdog's; a waiter handed a permit gets its
+// own lease.
+func TestPermitSemaphoreLeasePerCall(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	rdb := newRedis(t)
+	name := lockName(t)
+	c := newClient(t, rdb, WithWatchdogTimeout(3*time.Second))
+	s := mustPermitSemaphore(t, c, name, WithPermitLease(time.Hour))
+	if ok, err := s.TrySetPermits(ctx, 2); !ok || err != nil {
+		t.Fatalf("TrySetPermits: %v %v", ok, err)
+	}
+	score := func(p context.Context) string {
+		t.Helper()
+		id, _ := s.PermitID(p)
+		v, err := rdb.ZScore(ctx, s.timeouts, string(mustHex(t, id))).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return formatScore(v)
+	}
+	expiresIn := func(p context.Context) time.Duration {
+		t.Helper()
+		ms, err := strconv.ParseInt(score(p), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Until(time.UnixMilli(ms))
+	}
+
+	short, err := s.TryAcquireWithLease(ctx, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := expiresIn(short); d > 300*time.Millisecond {
+		t.Fatalf("a permit taken with a 300ms lease expires in %v", d)
+	}
+	awaitDone(t, short, 10*time.Second, "the permit context of a 300ms lease")
+	if cause := context.Cause(short); !errors.Is(cause, ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", cause)
+	}
+
+	watched, err := s.AcquireWithLease(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := expiresIn(watched); d > 3*time.Second || d < time.Second {
+		t.Fatalf("a permit taken with the watchdog lease (3s) expires in %v", d)
+	}
+	// The watchdog renews it: it outlives its first lease.
+	select {
+	case <-watched.Done():
+		t.Fatalf("a watchdog permit ended: %v", context.Cause(watched))
+	case <-time.After(4 * time.Second):
+	}
+
+	forever, err := s.AcquireWithLease(ctx, NoPermitLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := score(forever); got != noExpiryScore {
+		t.Fatalf("score of a permit taken with NoPermitLease: %s", got)
+	}
+
+	// A waiter for a permit without lease is handed one without lease.
+	got := make(chan context.Context, 1)
+	go func() {
+		p, err := s.AcquireWithLease(ctx, NoPermitLease)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p
+	}()
+	eventually(t, 10*time.Second, func() error {
+		if n := queuedPlaces(c, s); n != 1 {
+			return fmt.Errorf("%d waiters queued, want 1", n)
+		}
+		return nil
+	})
+	if err := s.Release(watched); err != nil {
+		t.Fatal(err)
+	}
+	handed := recv(t, got, 10*time.Second, "the permit handed over")
+	if handed == nil {
+		t.FailNow()
+	}
+	if got := score(handed); got != noExpiryScore {
+		t.Fatalf("score of a permit handed to a waiter without lease: %s", got)
+	}
+	for _, p := range []context.Context{forever, handed} {
+		if err := s.Release(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range []time.Duration{-2, time.Microsecond, MaxLease + time.Second} {
+		if _, err := s.TryAcquireWithLease(ctx, bad); !errors.Is(err, ErrInvalidOption) {
+			t.Fatalf("TryAcquireWithLease(%v): %v", bad, err)
+		}
+	}
+	wantAvailable(t, s, 2, 0)
+}

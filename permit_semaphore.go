@@ -124,7 +124,7 @@ func (c *Client) NewPermitSemaphore(name string, opts ...PermitOption) (*PermitS
 	case s.lease != 0 && (s.lease < time.Millisecond || s.lease > MaxLease):
 		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease)", ErrInvalidOption, s.lease, MaxLease)
 	}
-	s.h = handle{c: c, name: name, kind: psemKind{s}, cfg: lockConfig{lease: s.lease, hasLease: s.lease != 0}, acqKey: permitKey{c, name}}
+	s.h = handle{c: c, name: name, kind: psemKind{s: s, lease: s.lease}, cfg: lockConfig{lease: s.lease, hasLease: s.lease != 0}, acqKey: permitKey{c, name}}
 	return s, nil
 }
 
@@ -237,6 +237,43 @@ func (s *PermitSemaphore) Acquire(ctx context.Context) (context.Context, error) 
 	return w.result(acquire(ctx, w, false))
 }
 
+// AcquireWithLease is Acquire with a lease for this permit alone, as
+// Redisson's acquire(leaseTime, unit): lease > 0 (at most MaxLease) is a
+// fixed lease, not renewed; 0 the watchdog lease, renewed; NoPermitLease
+// none. The semaphore's own lease (WithPermitLease) is not used.
+func (s *PermitSemaphore) AcquireWithLease(ctx context.Context, lease time.Duration) (context.Context, error) {
+	return s.acquireWithLease(ctx, lease, false)
+}
+
+// TryAcquireWithLease is TryAcquire with a lease for this permit alone, as
+// AcquireWithLease.
+func (s *PermitSemaphore) TryAcquireWithLease(ctx context.Context, lease time.Duration) (context.Context, error) {
+	return s.acquireWithLease(ctx, lease, true)
+}
+
+func (s *PermitSemaphore) acquireWithLease(ctx context.Context, lease time.Duration, try bool) (context.Context, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	switch {
+	case lease == NoPermitLease:
+		lease = foreverLease
+	case lease < 0 || lease > MaxLease || lease > 0 && lease < time.Millisecond:
+		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or 0 for the watchdog, NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
+	}
+	// A handle of this call's own: the engine takes the lease from its
+	// config, the kind keeps the permit with it. The queue, the channel
+	// and the context key are the semaphore's.
+	h := s.h
+	h.kind = psemKind{s: s, lease: lease}
+	h.cfg = lockConfig{lease: lease, hasLease: lease != 0}
+	w, err := h.waiter(ctx, try)
+	if err != nil {
+		return nil, err
+	}
+	return w.result(acquire(ctx, w, try))
+}
+
 // TryAcquire takes one permit if one is available now, without waiting;
 // otherwise the error wraps ErrNotObtained. It is otherwise like Acquire.
 func (s *PermitSemaphore) TryAcquire(ctx context.Context) (context.Context, error) {
@@ -257,7 +294,12 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context) (context.Context, erro
 // have taken is given back by the engine as a lock's hold is (a failed or
 // late reply, replica sync short); the permit itself is kept by the
 // Client's permitSet and lease keeper (keep), not the hold registry.
-type psemKind struct{ s *PermitSemaphore }
+type psemKind struct {
+	s *PermitSemaphore
+	// lease is the fixed lease of the permits this kind takes (keep): 0
+	// when the watchdog renews them, foreverLease when they have none.
+	lease time.Duration
+}
 
 func (k psemKind) key() string               { return k.s.name }
 func (k psemKind) field(owner string) string { return owner }
@@ -370,7 +412,7 @@ func (k psemKind) forceRelease(context.Context) (bool, error) {
 // keep registers a permit taken by a request sent at start with the
 // Client's permits and lease keeper, and returns its permit context.
 func (k psemKind) keep(ctx context.Context, r request, start time.Time) (context.Context, error) {
-	return k.s.c.permits.add(ctx, k.s, r.owner, start)
+	return k.s.c.permits.add(ctx, k.s, r.owner, k.lease, start)
 }
 
 // outageBudget is how long a waiting Acquire goes on trying while Redis
@@ -445,7 +487,7 @@ func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseRe
 	}
 	if s.c.tr.Synced() {
 		chk := new(transport.Check)
-		res, err = psemKind{s}.releaseID(ctx, id, chk)
+		res, err = psemKind{s: s}.releaseID(ctx, id, chk)
 		return res, chk.Failed(), gate.Saw(err)
 	}
 	res, err = s.handOver(ctx, id)
@@ -470,7 +512,7 @@ const permitHandoffBound = 8
 // release frees it and publishes. Not with WithReplicaSync: a hand-over
 // would skip the replica sync of the waiter's acquisition.
 func (s *PermitSemaphore) handOver(ctx context.Context, id string) (releaseResult, error) {
-	k, qk := psemKind{s}, s.h.queueKey()
+	k, qk := psemKind{s: s}, s.h.queueKey()
 	next, when := s.c.queues.nextWithin(qk, permitHandoffBound)
 	if next == nil {
 		return k.releaseID(ctx, id, nil)
@@ -732,12 +774,13 @@ type permitSet struct {
 	closed  bool // Close ended the permits; no more are taken
 }
 
-// add registers a permit of s taken at start with the Client's watchdog
-// and returns its context, derived from ctx's values.
-func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, start time.Time) (context.Context, error) {
+// add registers a permit of s taken at start with lease fixed (0: the
+// watchdog's) with the Client's watchdog and returns its context, derived
+// from ctx's values.
+func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, fixed time.Duration, start time.Time) (context.Context, error) {
 	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	p := &permit{s: s, id: id, cancel: cancel, watchdog: s.lease == 0}
-	lease := s.leaseOf(s.lease)
+	p := &permit{s: s, id: id, cancel: cancel, watchdog: fixed == 0}
+	lease := s.leaseOf(fixed)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {
