@@ -413,6 +413,11 @@ m "permits: a permit without lease gets an expiry" permit_semaphore.go \
   'if lease >= foreverLease {' \
   'if false {' \
   . '^(TestPermitSemaphoreNoLease)$'
+# A permit taken with a lease of its own call is kept with that lease.
+m "permits: a per-call lease is not kept with its lease" permit_semaphore.go \
+  'h.kind = psemKind{s: s, lease: lease}' \
+  'h.kind = psemKind{s: s, lease: s.lease}' \
+  . '^(TestPermitSemaphoreLeasePerCall)$'
 # A message "n" on a semaphore's channel wakes n of a Client's permit
 # waiters, not all of them.
 m "permits: a message wakes every counting waiter" internal/pubsub/hub.go \
