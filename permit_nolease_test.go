@@ -203,3 +203,44 @@ func TestPermitSemaphoreLeasePerCall(t *testing.T) {
 	}
 	wantAvailable(t, s, 2, 0)
 }
+
+// TestPermitSemaphoreLeaseTime: LeaseTime tells how long a permit has left
+// (Redisson's getLeaseTime), NoPermitLease for one without lease, also a
+// Java permit's, and fails with ErrNotHeld for a permit not held.
+func TestPermitSemaphoreLeaseTime(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	rdb := newRedis(t)
+	name := lockName(t)
+	s := mustPermitSemaphore(t, newClient(t, rdb), name)
+	if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
+		t.Fatalf("TrySetPermits: %v %v", ok, err)
+	}
+	p, err := s.AcquireWithLease(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := s.PermitID(p)
+	if d, err := s.LeaseTime(ctx, id); err != nil || d <= 50*time.Second || d > time.Minute {
+		t.Fatalf("LeaseTime of a 1m permit: %v %v", d, err)
+	}
+	java := newJavaSync(rdb, name)
+	jid, _, err := java.psemTryAcquire(ctx, 0) // no lease
+	if err != nil || jid == "" {
+		t.Fatalf("Java tryAcquire: %q %v", jid, err)
+	}
+	if d, err := s.LeaseTime(ctx, jid); err != nil || d != NoPermitLease {
+		t.Fatalf("LeaseTime of a Java permit without lease: %v %v", d, err)
+	}
+	if err := s.Release(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LeaseTime(ctx, id); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("LeaseTime of a released permit: %v", err)
+	}
+	if _, err := s.LeaseTime(ctx, "xyz"); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("LeaseTime of a bad id: %v", err)
+	}
+	if ok, err := java.psemRelease(ctx, jid); !ok || err != nil {
+		t.Fatalf("Java release: %v %v", ok, err)
+	}
+}

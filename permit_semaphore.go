@@ -605,6 +605,38 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	return nil
 }
 
+// LeaseTime returns how long the permit with the given id (32 hex
+// digits, as PermitID shows it) has left, as Redisson's getLeaseTime: its
+// expiry, on the clock of the client that set it, minus this process's
+// clock; NoPermitLease for a permit without lease. Expired permits are
+// returned to the pool first, so the error wraps ErrNotHeld both for an
+// expired permit and for one not held, where Java throws
+// IllegalArgumentException.
+func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	raw, err := hex.DecodeString(id)
+	if err != nil || len(raw) != 16 {
+		return 0, fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
+	}
+	now := time.Now()
+	score, err := runScript(ctx, s.c, scripts.PsemLeaseTime, s.keys(), nowMillis(now), s.c.publish, string(raw)).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	case err != nil:
+		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: %w", s.name, id, err)
+	case score == noExpiryScore:
+		return NoPermitLease, nil
+	}
+	ms, err := strconv.ParseInt(score, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: score %q is not epoch milliseconds", s.name, id, score)
+	}
+	return time.UnixMilli(ms).Sub(now), nil
+}
+
 // AvailablePermits returns the number of permits available, after
 // returning expired ones to the pool: 0 for a semaphore never set.
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {

@@ -418,6 +418,13 @@ m "permits: a per-call lease is not kept with its lease" permit_semaphore.go \
   'h.kind = psemKind{s: s, lease: lease}' \
   'h.kind = psemKind{s: s, lease: s.lease}' \
   . '^(TestPermitSemaphoreLeasePerCall)$'
+# LeaseTime reads Redisson's no-expiry score as a permit without lease.
+m "permits: lease time of a permit without lease read as a date" permit_semaphore.go \
+  '	case score == noExpiryScore:
+		return NoPermitLease, nil' \
+  '	case false:
+		return NoPermitLease, nil' \
+  . '^(TestPermitSemaphoreLeaseTime)$'
 # A message "n" on a semaphore's channel wakes n of a Client's permit
 # waiters, not all of them.
 m "permits: a message wakes every counting waiter" internal/pubsub/hub.go \

@@ -30,6 +30,8 @@ var (
 	psemLease string
 	//go:embed psem_count.lua
 	psemCount string
+	//go:embed psem_lease_time.lua
+	psemLeaseTime string
 	//go:embed psem_add.lua
 	psemAdd string
 	//go:embed psem_set.lua
@@ -81,6 +83,7 @@ var (
 	PsemReleaseTo = idempotent(psemReleaseTo)
 	PsemLease     = idempotent(psemReclaim + psemLease)
 	PsemCount     = idempotent(psemReclaim + psemCount)
+	PsemLeaseTime = idempotent(psemReclaim + psemLeaseTime)
 	PsemAdd       = once(psemAdd)
 	PsemSet       = idempotent(psemSet)
 )
