@@ -126,3 +126,28 @@ func ExamplePermitSemaphore_AcquireWithLease() {
 	// Output:
 	// true
 }
+
+// How long a permit has left, by its id, as Redisson's getLeaseTime.
+func ExamplePermitSemaphore_LeaseTime() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	slots, _ := locks.NewPermitSemaphore("example:reports")
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 2)
+	leased, _ := slots.AcquireWithLease(ctx, time.Minute)
+	forever, _ := slots.AcquireWithLease(ctx, dlock.NoPermitLease)
+	for _, p := range []context.Context{leased, forever} {
+		id, _ := slots.PermitID(p)
+		left, _ := slots.LeaseTime(ctx, id)
+		fmt.Println(left > 50*time.Second, left == dlock.NoPermitLease)
+		_ = slots.Release(p)
+	}
+	// Output:
+	// true false
+	// false true
+}
