@@ -98,7 +98,8 @@ func (h *handle) waiter(ctx context.Context, try bool) (*waiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &waiter{sleeper: sleeper{hub: h.c.hub}, h: h, req: req, hands: h.handsOver(req)}
+	_, counts := h.kind.(countedWakes)
+	w := &waiter{sleeper: sleeper{hub: h.c.hub, counts: counts}, h: h, req: req, hands: h.handsOver(req)}
 	if s, ok := h.kind.(spinner); ok && !try {
 		w.spin = s.newBackoff()
 	}
@@ -177,6 +178,9 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 			w.joined = true
 			return false, attemptResult{ttl: d}, nil
 		}
+		if w.counts {
+			w.joinCounted(ctx)
+		}
 	}
 	hd, err := h.enter(ctx, &req)
 	switch {
@@ -201,6 +205,10 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		defer done()
 	}
 	w.lockCtx, res, err = h.settle(ctx, req, hd, start, res, err, w.last)
+	// A counting waiter that took a permit with more left passes its
+	// wake-up on: a waiter of this Client that joined the queue without
+	// an attempt may be waiting while permits are free.
+	w.spare = w.spare || w.lockCtx != nil && res.more && w.sub != nil
 	return w.lockCtx != nil, res, err
 }
 

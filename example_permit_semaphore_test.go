@@ -77,3 +77,77 @@ func ExampleWithPermitLease() {
 	// lost: true
 	// available: 1
 }
+
+// A permit without lease never expires, as Redisson's acquire() without a
+// lease: only a release (by its holder, by id, or by a Java client) gives
+// it back. Permits lists it without expiry.
+func ExampleWithPermitLease_noLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	slots, _ := locks.NewPermitSemaphore("example:exports", dlock.WithPermitLease(dlock.NoPermitLease))
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 1)
+	permitCtx, err := slots.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	infos, _ := slots.Permits(ctx)
+	fmt.Println("expires:", infos[0].Expires.IsZero())
+	fmt.Println("released:", slots.Release(permitCtx) == nil)
+	// Output:
+	// expires: true
+	// released: true
+}
+
+// A lease for one permit: this one expires after a second whatever the
+// semaphore's lease.
+func ExamplePermitSemaphore_AcquireWithLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	slots, _ := locks.NewPermitSemaphore("example:uploads")
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 1)
+	permitCtx, err := slots.AcquireWithLease(ctx, time.Second)
+	if err != nil {
+		panic(err)
+	}
+	<-permitCtx.Done() // the lease ran out
+	fmt.Println(errors.Is(context.Cause(permitCtx), dlock.ErrLockLost))
+	// Output:
+	// true
+}
+
+// How long a permit has left, by its id, as Redisson's getLeaseTime.
+func ExamplePermitSemaphore_LeaseTime() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	slots, _ := locks.NewPermitSemaphore("example:reports")
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 2)
+	leased, _ := slots.AcquireWithLease(ctx, time.Minute)
+	forever, _ := slots.AcquireWithLease(ctx, dlock.NoPermitLease)
+	for _, p := range []context.Context{leased, forever} {
+		id, _ := slots.PermitID(p)
+		left, _ := slots.LeaseTime(ctx, id)
+		fmt.Println(left > 50*time.Second, left == dlock.NoPermitLease)
+		_ = slots.Release(p)
+	}
+	// Output:
+	// true false
+	// false true
+}

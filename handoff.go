@@ -189,6 +189,11 @@ func (qs *handoffQueues) unqueue(key lockKey, p *place) {
 // after that only if no other process waits (past). It returns nil when
 // nobody in this Client waits.
 func (qs *handoffQueues) next(qk lockKey) (*place, string) {
+	return qs.nextWithin(qk, handoffBound)
+}
+
+// nextWithin is next with bound hand-overs in a row before past applies.
+func (qs *handoffQueues) nextWithin(qk lockKey, bound int) (*place, string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.m[qk]
@@ -201,7 +206,7 @@ func (qs *handoffQueues) next(qk lockKey) (*place, string) {
 	p := q.places[0]
 	qs.unqueue(qk, p)
 	p.chosen = true
-	if q.handoffs < handoffBound {
+	if q.handoffs < bound {
 		return p, "always"
 	}
 	return p, qs.past

@@ -69,6 +69,14 @@ type selfKept interface {
 	keep(ctx context.Context, req request, start time.Time) (context.Context, error)
 }
 
+// countedWakes is implemented by kinds whose messages say how many
+// waiters can go on (a PermitSemaphore's: the permits available): their
+// waiters subscribe as counting waiters (pubsub.SubscribeCounted), so a
+// message "n" wakes n of a Client's waiters, not all of them.
+type countedWakes interface {
+	countedWakes()
+}
+
 // patient is implemented by kinds whose waiting acquisitions go on trying
 // while Redis does not answer (a failover or a restart under way), for up
 // to patience, rather than return the first such error, and poll through
@@ -107,6 +115,9 @@ type attemptResult struct {
 	lost     bool          // a re-entry found the owner's hold gone
 	token    int64         // fencing token, when acquired and fenced
 	ttl      time.Duration // when not acquired: how long the current hold has left
+	// more, when acquired, says that more is left for other waiters (a
+	// semaphore's permits): a counting waiter passes its wake-up on.
+	more bool
 	// reason, when not acquired, says why in more detail than "held by
 	// another owner" (RedLock: which nodes refused); it is wrapped into the
 	// ErrNotObtained error.

@@ -42,8 +42,9 @@ const noExpiryScore = "922337203685477"
 // held by the watchdog that renews the Client's locks, so a live holder
 // keeps it as long as it needs and a dead one's comes back within one
 // timeout. Redisson's permits without lease never expire (score
-// 922337203685477); dlock never writes one, and reads them as permits that
-// do not expire. With WithPermitLease each permit has a fixed lease, not
+// 922337203685477); dlock writes one only when asked (NoPermitLease), and
+// reads them as permits that do not expire. With WithPermitLease each
+// permit has a fixed lease, not
 // renewed; the watchdog checks it all the same, so that a permit taken
 // back (ReleaseID, Delete) is noticed within a third of the watchdog
 // timeout, as a lock's hold is.
@@ -73,9 +74,36 @@ type PermitOption func(*PermitSemaphore)
 
 // WithPermitLease gives each permit a fixed lease d (at least 1ms, at most
 // MaxLease), not renewed: the permit context is cancelled when it runs out.
-// UpdateLease changes it for one permit.
+// With d = NoPermitLease permits never expire. UpdateLease changes it for
+// one permit.
 func WithPermitLease(d time.Duration) PermitOption {
 	return func(s *PermitSemaphore) { s.lease = d }
+}
+
+// NoPermitLease, given to WithPermitLease or UpdateLease, makes permits
+// that never expire, as Redisson's acquire() without a lease (its
+// default): in Redis the permit's expiry is Redisson's no-expiry score
+// 922337203685477, so a Java client sees a permit without lease
+// (getLeaseTime -1). Such a permit is not renewed and its permit context
+// is not cancelled by time; the watchdog still checks it, so that one
+// taken back (ReleaseID, Delete) is noticed within a third of the watchdog
+// timeout. It comes back to the pool only when released: a holder that
+// dies keeps it for good, which is why dlock's default is the watchdog
+// lease and not this one.
+const NoPermitLease time.Duration = -1
+
+// foreverLease is how a permit without lease (NoPermitLease) is kept in
+// this process: a lease that no process outlives. The scripts are given
+// the no-expiry score instead (expiryArg).
+const foreverLease = 100 * 365 * 24 * time.Hour
+
+// expiryArg is the expiry a permit taken or relet at now (epoch ms) with
+// lease gets in Redis: now+lease, or the no-expiry score.
+func expiryArg(now int64, lease time.Duration) any {
+	if lease >= foreverLease {
+		return noExpiryScore
+	}
+	return now + millis(lease)
 }
 
 // NewPermitSemaphore returns the permit semaphore called name. It does not
@@ -90,10 +118,13 @@ func (c *Client) NewPermitSemaphore(name string, opts ...PermitOption) (*PermitS
 	for _, o := range opts {
 		o(s)
 	}
-	if s.lease != 0 && (s.lease < time.Millisecond || s.lease > MaxLease) {
-		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v]", ErrInvalidOption, s.lease, MaxLease)
+	switch {
+	case s.lease == NoPermitLease:
+		s.lease = foreverLease
+	case s.lease != 0 && (s.lease < time.Millisecond || s.lease > MaxLease):
+		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease)", ErrInvalidOption, s.lease, MaxLease)
 	}
-	s.h = handle{c: c, name: name, kind: psemKind{s}, cfg: lockConfig{lease: s.lease, hasLease: s.lease != 0}, acqKey: permitKey{c, name}}
+	s.h = handle{c: c, name: name, kind: psemKind{s: s, lease: s.lease}, cfg: lockConfig{lease: s.lease, hasLease: s.lease != 0}, acqKey: permitKey{c, name}}
 	return s, nil
 }
 
@@ -183,6 +214,9 @@ func (s *PermitSemaphore) AddPermits(ctx context.Context, delta int) error {
 // Waiting is push: the waiter subscribes to the semaphore's channel and
 // tries again on each message, when the earliest held permit expires, and
 // at least every second, so a lost message costs a second, never a hang.
+// Waiters of one Client queue: a Release of this Client hands its permit
+// to the longest waiter (see Release), and an Acquire that finds waiters
+// of its Client queued joins them without an attempt.
 // An attempt whose reply was lost, or came after the lease it set, gives
 // its permit back in the background, as a Lock does: each attempt's
 // permit id is made here, so it can be. While Redis cannot be reached (the Client's
@@ -201,6 +235,43 @@ func (s *PermitSemaphore) Acquire(ctx context.Context) (context.Context, error) 
 		return nil, err
 	}
 	return w.result(acquire(ctx, w, false))
+}
+
+// AcquireWithLease is Acquire with a lease for this permit alone, as
+// Redisson's acquire(leaseTime, unit): lease > 0 (at most MaxLease) is a
+// fixed lease, not renewed; 0 the watchdog lease, renewed; NoPermitLease
+// none. The semaphore's own lease (WithPermitLease) is not used.
+func (s *PermitSemaphore) AcquireWithLease(ctx context.Context, lease time.Duration) (context.Context, error) {
+	return s.acquireWithLease(ctx, lease, false)
+}
+
+// TryAcquireWithLease is TryAcquire with a lease for this permit alone, as
+// AcquireWithLease.
+func (s *PermitSemaphore) TryAcquireWithLease(ctx context.Context, lease time.Duration) (context.Context, error) {
+	return s.acquireWithLease(ctx, lease, true)
+}
+
+func (s *PermitSemaphore) acquireWithLease(ctx context.Context, lease time.Duration, try bool) (context.Context, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	switch {
+	case lease == NoPermitLease:
+		lease = foreverLease
+	case lease < 0 || lease > MaxLease || lease > 0 && lease < time.Millisecond:
+		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or 0 for the watchdog, NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
+	}
+	// A handle of this call's own: the engine takes the lease from its
+	// config, the kind keeps the permit with it. The queue, the channel
+	// and the context key are the semaphore's.
+	h := s.h
+	h.kind = psemKind{s: s, lease: lease}
+	h.cfg = lockConfig{lease: lease, hasLease: lease != 0}
+	w, err := h.waiter(ctx, try)
+	if err != nil {
+		return nil, err
+	}
+	return w.result(acquire(ctx, w, try))
 }
 
 // TryAcquire takes one permit if one is available now, without waiting;
@@ -223,7 +294,12 @@ func (s *PermitSemaphore) TryAcquire(ctx context.Context) (context.Context, erro
 // have taken is given back by the engine as a lock's hold is (a failed or
 // late reply, replica sync short); the permit itself is kept by the
 // Client's permitSet and lease keeper (keep), not the hold registry.
-type psemKind struct{ s *PermitSemaphore }
+type psemKind struct {
+	s *PermitSemaphore
+	// lease is the fixed lease of the permits this kind takes (keep): 0
+	// when the watchdog renews them, foreverLease when they have none.
+	lease time.Duration
+}
 
 func (k psemKind) key() string               { return k.s.name }
 func (k psemKind) field(owner string) string { return owner }
@@ -254,11 +330,12 @@ func (k psemKind) newOwner() (string, error) {
 func (k psemKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	s := k.s
 	now := nowMillis(time.Now())
-	cmd, _ := s.c.tr.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, now+millis(r.lease), r.owner, noExpiryScore)
+	cmd, _ := s.c.tr.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, expiryArg(now, r.lease), r.owner, noExpiryScore)
 	return permitReply(cmd.Text())
 }
 
-// permitReply reads the reply of psem_acquire.lua: "OK" when taken, else
+// permitReply reads the reply of psem_acquire.lua: "OK" when taken ("OK+"
+// when more permits are available), else
 // ":<ms>", the earliest expiry of a held permit, or nil when none expires.
 func permitReply(res string, err error) (attemptResult, error) {
 	ttl := syncPoll
@@ -266,8 +343,8 @@ func permitReply(res string, err error) (attemptResult, error) {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
 		return attemptResult{}, err
-	case res == "OK":
-		return attemptResult{acquired: true}, nil
+	case res == "OK", res == "OK+":
+		return attemptResult{acquired: true, more: res == "OK+"}, nil
 	case strings.HasPrefix(res, ":"):
 		if ms, err := strconv.ParseInt(res[1:], 10, 64); err == nil {
 			ttl = min(max(time.Until(time.UnixMilli(ms)), time.Millisecond), syncPoll)
@@ -297,6 +374,35 @@ func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check
 	return released, nil
 }
 
+// countedWakes: a message on a semaphore's channel is how many permits
+// are available, so it wakes that many of a Client's waiters.
+func (k psemKind) countedWakes() {}
+
+// releaseTo gives back the permit r.owner and hands it, as the permit
+// next.owner with next.lease, to a waiter of this Client when allows
+// (psem_release_to.lua; handoff.go). res is notHeld when r.owner was not
+// held (a 0 to a command sent twice answers the repeat: released).
+func (k psemKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
+	s := k.s
+	now := nowMillis(time.Now())
+	cmd, resent := s.c.tr.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), now, s.c.publish, r.owner,
+		next.owner, expiryArg(now, next.lease), when, ours)
+	v, err := cmd.Int64Slice()
+	switch {
+	case err != nil:
+		return handoff{}, err
+	case len(v) != 2:
+		return handoff{}, fmt.Errorf("dlock: semaphore %q: unexpected release reply %v", s.name, v)
+	case v[0] == 2:
+		return handoff{res: released, handed: true}, nil
+	case v[0] == 1:
+		return handoff{res: released, freed: true}, nil
+	case resent:
+		return handoff{res: released}, nil
+	}
+	return handoff{res: notHeld}, nil
+}
+
 // forceRelease is not asked for: a PermitSemaphore has no ForceUnlock
 // (ReleaseID gives back one permit, Delete them all).
 func (k psemKind) forceRelease(context.Context) (bool, error) {
@@ -306,7 +412,7 @@ func (k psemKind) forceRelease(context.Context) (bool, error) {
 // keep registers a permit taken by a request sent at start with the
 // Client's permits and lease keeper, and returns its permit context.
 func (k psemKind) keep(ctx context.Context, r request, start time.Time) (context.Context, error) {
-	return k.s.c.permits.add(ctx, k.s, r.owner, start)
+	return k.s.c.permits.add(ctx, k.s, r.owner, k.lease, start)
 }
 
 // outageBudget is how long a waiting Acquire goes on trying while Redis
@@ -327,7 +433,11 @@ func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error)
 
 // Release gives back the permit that permitCtx holds (a context returned
 // by Acquire or TryAcquire on this semaphore, or derived from one) and
-// wakes waiters; permitCtx ends with cause ErrUnlocked. The error wraps
+// wakes waiters; permitCtx ends with cause ErrUnlocked. When waiters of
+// this Client wait, the permit goes straight to the one that waited
+// longest, with no message (at most 8 times in a row
+// while another process waits too; then the permit is freed and
+// published). The error wraps
 // ErrNotHeld when permitCtx carries no permit of this semaphore, when the
 // permit was already released, or when Redis no longer has it (it expired
 // and was reclaimed). A permit that expired but was not reclaimed yet is
@@ -375,25 +485,59 @@ func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseRe
 	if err := gate.Err(); err != nil {
 		return 0, nil, err
 	}
-	var chk *transport.Check
 	if s.c.tr.Synced() {
-		chk = new(transport.Check)
+		chk := new(transport.Check)
+		res, err = psemKind{s: s}.releaseID(ctx, id, chk)
+		return res, chk.Failed(), gate.Saw(err)
 	}
-	res, err = psemKind{s}.releaseID(ctx, id, chk)
-	return res, chk.Failed(), gate.Saw(err)
+	res, err = s.handOver(ctx, id)
+	return res, nil, gate.Saw(err)
+}
+
+// permitHandoffBound is how many times in a row a Client hands a permit
+// to its own waiters while another process waits for one too. Higher than
+// a lock's (handoffBound): a semaphore has several permits, and each
+// release that frees one wakes a waiter in every Client, of which one at
+// most gets it; each Client frees every (permitHandoffBound+1)-th permit
+// it releases, so with k Clients holding permits another process's waiter
+// sees a permit freed every (permitHandoffBound+1)/k releases.
+const permitHandoffBound = 8
+
+// handOver gives back permit id and hands it to the first waiter of this
+// Client for a permit of s, if one waits (handoff.go): the waiter gets it
+// with this round trip, no other waiter is woken for a permit it cannot
+// have, and the permit is never free in between for other processes to
+// race for. So that they are not starved, it is handed over at most
+// handoffBound times in a row while another process waits; the next
+// release frees it and publishes. Not with WithReplicaSync: a hand-over
+// would skip the replica sync of the waiter's acquisition.
+func (s *PermitSemaphore) handOver(ctx context.Context, id string) (releaseResult, error) {
+	k, qk := psemKind{s: s}, s.h.queueKey()
+	next, when := s.c.queues.nextWithin(qk, permitHandoffBound)
+	if next == nil {
+		return k.releaseID(ctx, id, nil)
+	}
+	start := time.Now()
+	ho, err := k.releaseTo(ctx, request{owner: id}, next.req, when, 1) // the waiter subscribed this Client
+	s.c.queues.handedOver(qk, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil, start: start})
+	return ho.res, err
 }
 
 // UpdateLease sets the lease of the permit permitCtx holds: with lease > 0
 // it expires lease from now and is no longer renewed; with lease 0 the
-// watchdog renews it from now on. The error wraps ErrNotHeld (and
+// watchdog renews it from now on; with NoPermitLease it never expires (as
+// Redisson's updateLeaseTime with -1). The error wraps ErrNotHeld (and
 // permitCtx is cancelled with cause ErrLockLost) when Redis no longer has
 // the permit.
 func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Duration) error {
 	if err := s.check(permitCtx); err != nil {
 		return err
 	}
-	if lease < 0 || lease > MaxLease || lease > 0 && lease < time.Millisecond {
-		return fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or 0 for the watchdog)", ErrInvalidOption, lease, MaxLease)
+	switch {
+	case lease == NoPermitLease:
+		lease = foreverLease
+	case lease < 0 || lease > MaxLease || lease > 0 && lease < time.Millisecond:
+		return fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or 0 for the watchdog, NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
 	}
 	p, err := s.permitFrom(permitCtx)
 	if err != nil {
@@ -409,7 +553,7 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 	d := s.leaseOf(lease)
 	start := time.Now()
 	now := nowMillis(start)
-	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), now, s.c.publish, now+d.Milliseconds(), p.id).Int64Slice()
+	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), now, s.c.publish, expiryArg(now, d), p.id).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("dlock: semaphore %q: update lease: %w", s.name, err)
 	}
@@ -459,6 +603,38 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 		return notReplicated(fmt.Sprintf("semaphore %q: release %s", s.name, id), short)
 	}
 	return nil
+}
+
+// LeaseTime returns how long the permit with the given id (32 hex
+// digits, as PermitID shows it) has left, as Redisson's getLeaseTime: its
+// expiry, on the clock of the client that set it, minus this process's
+// clock; NoPermitLease for a permit without lease. Expired permits are
+// returned to the pool first, so the error wraps ErrNotHeld both for an
+// expired permit and for one not held, where Java throws
+// IllegalArgumentException.
+func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	raw, err := hex.DecodeString(id)
+	if err != nil || len(raw) != 16 {
+		return 0, fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
+	}
+	now := time.Now()
+	score, err := runScript(ctx, s.c, scripts.PsemLeaseTime, s.keys(), nowMillis(now), s.c.publish, string(raw)).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	case err != nil:
+		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: %w", s.name, id, err)
+	case score == noExpiryScore:
+		return NoPermitLease, nil
+	}
+	ms, err := strconv.ParseInt(score, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: score %q is not epoch milliseconds", s.name, id, score)
+	}
+	return time.UnixMilli(ms).Sub(now), nil
 }
 
 // AvailablePermits returns the number of permits available, after
@@ -630,12 +806,13 @@ type permitSet struct {
 	closed  bool // Close ended the permits; no more are taken
 }
 
-// add registers a permit of s taken at start with the Client's watchdog
-// and returns its context, derived from ctx's values.
-func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, start time.Time) (context.Context, error) {
+// add registers a permit of s taken at start with lease fixed (0: the
+// watchdog's) with the Client's watchdog and returns its context, derived
+// from ctx's values.
+func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, fixed time.Duration, start time.Time) (context.Context, error) {
 	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	p := &permit{s: s, id: id, cancel: cancel, watchdog: s.lease == 0}
-	lease := s.leaseOf(s.lease)
+	p := &permit{s: s, id: id, cancel: cancel, watchdog: fixed == 0}
+	lease := s.leaseOf(fixed)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {

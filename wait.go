@@ -29,9 +29,10 @@ const pollNoExpiry = time.Second
 // confirmed (Ready), since the message may have been published before it:
 // the caller tries again then. Later sleeps end at a message (Wake).
 type sleeper struct {
-	hub   *pubsub.Hub
-	sub   *pubsub.Waiter
-	timer *time.Timer
+	hub    *pubsub.Hub
+	counts bool // subscribe as a counting waiter (pubsub.SubscribeCounted)
+	sub    *pubsub.Waiter
+	timer  *time.Timer
 }
 
 // arm sets the timer to end the next sleep after d.
@@ -92,6 +93,12 @@ type waiter struct {
 	spin    *backoff        // the kind is a spinner: each sleep is its next step at most
 	lockCtx context.Context // the lock context, once acquired
 	ob      *lockObs        // nil without observers
+
+	// early: a counting waiter subscribed before its first attempt
+	// (joinCounted). spare: a counting waiter took a permit with more
+	// left, or was woken by a message and handed a permit in the same
+	// sleep: its wake-up is passed on.
+	early, spare bool
 }
 
 // sleep is the Lock's sleep in the acquire loop (waiter.nap), and what a
@@ -101,6 +108,12 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
 	h, req := w.h, w.req
 	g, err := w.nap(ctx, res)
 	switch {
+	case g.unknown && w.selfKept():
+		// A hand-over whose answer was lost may have given this
+		// attempt's owner the permit; the next attempt has an owner of
+		// its own and would never find it: give it back.
+		grace(h.giveBack(req))
+		return false, err
 	case err != nil || !g.ok:
 		return false, err
 	case time.Since(g.start) >= validity(req.lease):
@@ -112,6 +125,36 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
 		grace(h.giveBack(req))
 	}
 	return err == nil, err
+}
+
+// joinCounted subscribes a counting waiter (a permit's) before its
+// first attempt when this Client's subscription to the channel is live
+// already, which costs Redis nothing: a message published after the
+// attempt then wakes this waiter or another of this Client, and the
+// attempt that otherwise follows the first sleep's subscription, for a
+// message that may have come before it, is saved. A subscription not
+// confirmed yet is dropped: the first sleep makes it as usual.
+func (w *waiter) joinCounted(ctx context.Context) {
+	channel := w.h.kind.channel(w.req.owner)
+	if channel == "" || w.hub.Waiters(channel) == 0 {
+		return
+	}
+	sub, err := w.hub.SubscribeCounted(ctx, channel)
+	if err != nil {
+		return
+	}
+	select {
+	case <-sub.Ready():
+		w.sub, w.joined, w.early = sub, true, true
+	default:
+		sub.Close(false)
+	}
+}
+
+// selfKept reports whether the waiter's kind makes an owner per attempt.
+func (w *waiter) selfKept() bool {
+	_, ok := w.h.kind.(selfKept)
+	return ok
 }
 
 // busy is the error of a TryLock that found the lock held.
@@ -137,7 +180,13 @@ func (w *waiter) observer() *lockObs { return w.ob }
 // end ends the wait: the subscription goes, passing on a wake-up that a
 // Lock that failed did not use, and the observers are told.
 func (w *waiter) end(err error) {
-	w.sleeper.stop(w.lockCtx != nil)
+	if w.spare && w.lockCtx != nil {
+		// The wake-up was for another waiter, or more is left for one.
+		w.sub.Return()
+		w.sleeper.stop(false)
+	} else {
+		w.sleeper.stop(w.lockCtx != nil)
+	}
 	w.ob.done(w.lockCtx, err)
 }
 
@@ -147,7 +196,8 @@ func (w *waiter) end(err error) {
 // and ends when the subscription is confirmed, since the unlock may have
 // been published before. A waiter of a spinner kind (no channel) sleeps
 // its backoff's next step when that is shorter than res.ttl. The grant is
-// ok when the lock was handed over.
+// ok when the lock was handed over, unknown (also with an error) when a
+// hand-over got no answer.
 func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	h := w.h
 	w.last = res.reason
@@ -163,19 +213,20 @@ func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	if err != nil {
 		return grant{}, err
 	}
-	if g := w.wait(ctx, wake); g.ok {
+	g := w.wait(ctx, wake)
+	if g.ok {
 		return g, nil // the lock is ours even if ctx ended meanwhile
 	}
 	switch {
 	case ctxDone(ctx):
-		return grant{}, h.gaveUp(ctx, w.req, w.last)
+		return g, h.gaveUp(ctx, w.req, w.last)
 	case h.c.isClosed():
 		// The Redis client may still work: leave the queue rather than
 		// hold it up like a dead process until our deadline.
 		h.leave(w.req)
-		return grant{}, ErrClosed
+		return g, ErrClosed
 	}
-	return grant{}, nil
+	return g, nil
 }
 
 // earlySubscriber is implemented by kinds whose waiters can subscribe
@@ -220,9 +271,12 @@ func (w *waiter) subscribeEarly(ctx context.Context) {
 // returns when it ends, and a subscription made after that is closed in
 // the background.
 func (s *sleeper) subscribe(ctx context.Context, channel string) (*pubsub.Waiter, error) {
-	hub := s.hub
+	hub, sub := s.hub, s.hub.Subscribe
+	if s.counts {
+		sub = hub.SubscribeCounted
+	}
 	if ctx.Done() == nil {
-		return hub.Subscribe(ctx, channel)
+		return sub(ctx, channel)
 	}
 	type result struct {
 		sub *pubsub.Waiter
@@ -230,7 +284,7 @@ func (s *sleeper) subscribe(ctx context.Context, channel string) (*pubsub.Waiter
 	}
 	done := make(chan result, 1)
 	go func() {
-		sub, err := hub.Subscribe(ctx, channel)
+		sub, err := sub(ctx, channel)
 		done <- result{sub, err}
 	}()
 	select {
@@ -259,10 +313,17 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 	if w.hands && w.place == nil {
 		w.place = w.h.newPlace(w.req)
 		w.req.queued = true
+		if w.early {
+			w.h.c.queues.subscribed(w.place) // confirmed before the first attempt
+		}
 	}
 	for {
 		var granted <-chan grant
 		if w.place != nil {
+			// A kind that makes an owner per attempt (a permit's id) is
+			// handed over to the latest: the place takes it along. No
+			// release reads it before the place is queued.
+			w.place.req = w.req
 			w.h.c.queues.enqueue(w.h.queueKey(), w.place)
 			granted = w.place.grant
 		}
@@ -280,6 +341,7 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 		if !g.ok && !g.freed && w.place != nil {
 			g = w.handedOver(ctx)
 		}
+		w.spare = w.spare || w.counts && g.ok && woken && w.sub != nil && wake == w.sub.Wake()
 		// A free told after the wake-up that came with it: waiting again
 		// would wait for a message that came already (and a timer that
 		// fired), with the lock free.

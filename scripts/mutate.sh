@@ -229,7 +229,7 @@ m "same owner does not wait for its release" acquire.go \
 # A Client hands a lock to its own waiters at most handoffBound times in a
 # row while another process waits for it.
 m "hand-over not bounded" handoff.go \
-  'if q.handoffs < handoffBound {' \
+  'if q.handoffs < bound {' \
   'if true {' \
   . '^(TestHandoffBoundLetsOthersIn|TestHandoffBoundExact)$'
 # A batched script goes out with a pipeline that go-redis writes again
@@ -332,12 +332,12 @@ m "hand-over: waiter whose ctx ended stays queued" wait.go \
 # Exactly handoffBound hand-overs in a row while another process waits,
 # then a free: neither one more nor one fewer.
 m "hand-over: bound off by one (<=)" handoff.go \
-  'if q.handoffs < handoffBound {' \
-  'if q.handoffs <= handoffBound {' \
+  'if q.handoffs < bound {' \
+  'if q.handoffs <= bound {' \
   . '^(TestHandoffBoundExact|TestHandOverMinimalACL)$'
 m "hand-over: bound one short" handoff.go \
-  'if q.handoffs < handoffBound {' \
-  'if q.handoffs < handoffBound-1 {' \
+  'if q.handoffs < bound {' \
+  'if q.handoffs < bound-1 {' \
   . '^(TestHandoffBoundExact|TestHandOverMinimalACL)$'
 # The count starts again after a free: else, once over the bound, a busy
 # Client frees the lock at every release while others wait.
@@ -437,6 +437,55 @@ m "permits: release does not publish" internal/scripts/psem_release.lua \
 " \
   "" \
   . '^(TestPermitSemaphoreReleaseWakes)$'
+# A release of a Client whose own waiters wait hands the permit to the
+# longest one, in order, without a message (psem_release_to.lua).
+m "permits: release never hands over" internal/scripts/psem_release_to.lua \
+  "local hand = ARGV[6] == 'always'" \
+  "local hand = false" \
+  . '^(TestPermitSemaphoreHandOver)$'
+# At most permitHandoffBound hand-overs in a row while another process
+# (Java) waits; then the release frees the permit and publishes.
+m "permits: hand-over not bounded" permit_semaphore.go \
+  'const permitHandoffBound = 8' \
+  'const permitHandoffBound = 1 << 30' \
+  . '^(TestPermitSemaphoreHandOverJavaTurn)$'
+# No hand-over while SetPermits has the pool below zero: it needs the
+# permit, or more would be held than the total.
+m "permits: hand-over below zero available" internal/scripts/psem_release_to.lua \
+  "if hand and tonumber(redis.call('get', KEYS[1]) or '0') >= 0 then" \
+  "if hand then" \
+  . '^(TestPermitSemaphoreNoHandOverBelowZero)$'
+# A waiter's place takes the permit id of its latest attempt: a hand-over
+# to an earlier id leaves the waiter a permit context Redis does not have.
+m "permits: waiter's place keeps its first permit id" wait.go \
+  '			w.place.req = w.req
+' \
+  '' \
+  . '^(TestPermitSemaphoreHandOverAfterRetry)$'
+# A permit without lease (NoPermitLease) gets Redisson's no-expiry score,
+# never an expiry.
+m "permits: a permit without lease gets an expiry" permit_semaphore.go \
+  'if lease >= foreverLease {' \
+  'if false {' \
+  . '^(TestPermitSemaphoreNoLease)$'
+# A permit taken with a lease of its own call is kept with that lease.
+m "permits: a per-call lease is not kept with its lease" permit_semaphore.go \
+  'h.kind = psemKind{s: s, lease: lease}' \
+  'h.kind = psemKind{s: s, lease: s.lease}' \
+  . '^(TestPermitSemaphoreLeasePerCall)$'
+# LeaseTime reads Redisson's no-expiry score as a permit without lease.
+m "permits: lease time of a permit without lease read as a date" permit_semaphore.go \
+  '	case score == noExpiryScore:
+		return NoPermitLease, nil' \
+  '	case false:
+		return NoPermitLease, nil' \
+  . '^(TestPermitSemaphoreLeaseTime)$'
+# A message "n" on a semaphore's channel wakes n of a Client's permit
+# waiters, not all of them.
+m "permits: a message wakes every counting waiter" internal/pubsub/hub.go \
+  'if w.counts && n == 0 {' \
+  'if false {' \
+  ./internal/pubsub '^(TestCountedWake)$'
 # Every permit script first returns expired permits to the pool: a dead
 # holder's permit comes back one lease after it died.
 m "permits: reclaim frees no expired permit" internal/scripts/psem_reclaim.lua \

@@ -6,7 +6,10 @@
 // unlock message ("0") wakes one waiter, because only one can take the lock;
 // any other message ("1", the read-unlock message) and a resubscription after
 // a reconnect wake every waiter on the channel, since messages published
-// while the connection was down are lost.
+// while the connection was down are lost. A counting waiter (SubscribeCounted:
+// a permit semaphore's) is woken by a message "n" only if it is among the
+// first n counting waiters not woken yet, as Redisson wakes at most n waiters
+// per client for a semaphore's message: only n can take a permit.
 //
 // A classic hub (New) has one connection and uses SUBSCRIBE. A sharded hub
 // (NewSharded, for Redis 7 clusters) uses SSUBSCRIBE, which a cluster serves
@@ -28,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -112,6 +116,10 @@ type Waiter struct {
 	listens bool
 	msgs    []string
 	gap     bool
+
+	// counts: a message "n" wakes at most n counting waiters
+	// (SubscribeCounted); guarded by the hub's mutex.
+	counts bool
 }
 
 // maxKept bounds the payloads a listener keeps unread; past it they are
@@ -200,6 +208,22 @@ func (h *Hub) Listen(ctx context.Context, name string) (*Waiter, error) {
 	return w, nil
 }
 
+// SubscribeCounted registers a counting waiter on the named channel, for
+// channels whose messages say how many waiters can go on (a permit
+// semaphore's count): a message "n" (n >= 1; anything else counts as 1)
+// wakes this waiter only if fewer than n counting waiters ahead of it were
+// woken by it. Other waiters on the channel are woken as Subscribe says.
+func (h *Hub) SubscribeCounted(ctx context.Context, name string) (*Waiter, error) {
+	w, err := h.Subscribe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	w.counts = true
+	h.mu.Unlock()
+	return w, nil
+}
+
 // Messages returns the payloads a listener received since its last call,
 // in order, and whether messages may have been missed meanwhile (the
 // subscription was opened again after a reconnect, or more than maxKept
@@ -217,6 +241,15 @@ func (w *Waiter) Ready() <-chan struct{} { return w.ready }
 
 // Wake receives a value when the waiter should try again.
 func (w *Waiter) Wake() <-chan struct{} { return w.wake }
+
+// Return gives back a wake-up the waiter received and did not use (it got
+// what it waited for another way), so that Close(false) passes it on.
+func (w *Waiter) Return() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
 
 // Close removes the waiter. If it was woken but did not use the wake-up
 // (consumed is false), the wake-up passes to the next waiter so that no
@@ -434,7 +467,7 @@ func (h *Hub) handle(s *shard, m any) {
 			if m.Payload == UnlockMessage {
 				ch.wakeOne()
 			} else {
-				ch.wakeAll()
+				ch.wakeCounted(m.Payload)
 			}
 		}
 	}
@@ -556,6 +589,27 @@ func (ch *channel) wakeOne() {
 		case w.wake <- struct{}{}:
 			return
 		default: // already woken; try the next one
+		}
+	}
+}
+
+// wakeCounted wakes every waiter but the counting ones, and as many of
+// those as payload says (at least one), longest waiter first.
+func (ch *channel) wakeCounted(payload string) {
+	n, err := strconv.Atoi(payload)
+	if err != nil || n < 1 {
+		n = 1
+	}
+	for _, w := range ch.waiters {
+		if w.counts && n == 0 {
+			continue
+		}
+		select {
+		case w.wake <- struct{}{}:
+			if w.counts {
+				n--
+			}
+		default:
 		}
 	}
 }

@@ -121,6 +121,78 @@ func TestWakeOneOrAll(t *testing.T) {
 	})
 }
 
+// TestCountedWake: a message "n" wakes the n longest counting waiters
+// (SubscribeCounted) that are not woken yet, and every other waiter; "0"
+// or a payload that is no positive count wakes one counting waiter; a
+// wake-up given back with Return passes on at Close(false).
+func TestCountedWake(t *testing.T) {
+	srv := redistest.NewServer(t)
+	h, rdb := testHub(t, srv)
+	ctx := context.Background()
+	var cs []*Waiter
+	for range 4 {
+		w, err := h.SubscribeCounted(ctx, "ch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close(false) })
+		cs = append(cs, w)
+	}
+	plain := subscribe(t, h, "ch")
+	// marker tells when the hub has handled what was published before it:
+	// one connection delivers in order.
+	marker := subscribe(t, h, "marker")
+	publish := func(payload string) {
+		t.Helper()
+		for _, m := range []struct{ ch, p string }{{"ch", payload}, {"marker", "1"}} {
+			if err := rdb.Publish(ctx, m.ch, m.p).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !woken(5*time.Second, marker)[0] {
+			t.Fatal("marker message not received")
+		}
+	}
+	// wokenNow takes the wake-ups it sees; pending leaves them.
+	wokenNow := func(ws ...*Waiter) []bool { return woken(0, ws...) }
+	pending := func() []bool {
+		got := make([]bool, len(cs))
+		for i, w := range cs {
+			got[i] = len(w.wake) == 1
+		}
+		return got
+	}
+
+	publish("2")
+	if got := pending(); !got[0] || !got[1] || got[2] || got[3] {
+		t.Fatalf("after \"2\": counting waiters woken %v, want the first two", got)
+	}
+	if !wokenNow(plain)[0] {
+		t.Fatal("after \"2\": the plain waiter was not woken")
+	}
+	publish("3") // the first two are still woken: the next two, no more
+	if got := pending(); !got[0] || !got[1] || !got[2] || !got[3] {
+		t.Fatalf("after \"3\": counting waiters woken %v, want all four", got)
+	}
+	_ = wokenNow(cs...)
+	publish("1")
+	if got := wokenNow(cs...); count(got) != 1 || !got[0] {
+		t.Fatalf("after \"1\": counting waiters woken %v, want the first only", got)
+	}
+	for _, p := range []string{"-1", "x"} {
+		publish(p)
+		if got := wokenNow(cs...); count(got) != 1 || !got[0] {
+			t.Fatalf("after %q: counting waiters woken %v, want the first only", p, got)
+		}
+		_ = wokenNow(plain)
+	}
+	cs[0].Return()
+	cs[0].Close(false)
+	if got := woken(time.Second, cs[1:]...); count(got) != 1 || !got[0] {
+		t.Fatalf("after Return and Close(false): woken %v, want the next waiter", got)
+	}
+}
+
 // TestUnusedWakeUpPasses: a woken waiter that leaves without trying hands
 // its wake-up to the next one, so an unlock message is never lost.
 func TestUnusedWakeUpPasses(t *testing.T) {

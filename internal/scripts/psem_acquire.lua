@@ -2,8 +2,10 @@
 -- ARGV[3] (Redisson RPermitExpirableSemaphore.tryAcquire for one permit).
 -- ARGV[5] is the no-expiry score 922337203685477. The zset takes the
 -- semaphore's TTL, if it has one.
--- Returns 'OK' when taken; otherwise ':<score>' with the earliest expiry of
--- a held permit, or nil when none expires (or none is held).
+-- Returns 'OK' when taken, 'OK+' when taken and more permits are
+-- available (a waiter that took one wakes the next); otherwise ':<score>'
+-- with the earliest expiry of a held permit, or nil when none expires (or
+-- none is held).
 --
 -- Unlike Redisson's, the script is idempotent: the Redis client sends a
 -- command again when the reply was lost (a timeout, a dropped connection),
@@ -19,6 +21,9 @@ if value ~= false and tonumber(value) >= 1 then
   local ttl = redis.call('pttl', KEYS[1])
   if ttl > 0 then
     redis.call('pexpire', KEYS[2], ttl)
+  end
+  if tonumber(value) > 1 then
+    return 'OK+'
   end
   return 'OK'
 end

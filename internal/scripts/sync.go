@@ -28,10 +28,14 @@ var (
 	psemAcquire string
 	//go:embed psem_release.lua
 	psemRelease string
+	//go:embed psem_release_to.lua
+	psemReleaseTo string
 	//go:embed psem_lease.lua
 	psemLease string
 	//go:embed psem_count.lua
 	psemCount string
+	//go:embed psem_lease_time.lua
+	psemLeaseTime string
 	//go:embed psem_add.lua
 	psemAdd string
 	//go:embed psem_set.lua
@@ -82,10 +86,14 @@ var (
 var (
 	PsemAcquire = idempotent(psemReclaim + psemAcquire)
 	PsemRelease = idempotent(psemRelease)
-	PsemLease   = idempotent(psemReclaim + psemLease)
-	PsemCount   = idempotent(psemReclaim + psemCount)
-	PsemAdd     = once(psemAdd)
-	PsemSet     = idempotent(psemSet)
+	// PsemReleaseTo releases a permit and hands it to a waiter of the
+	// same Client (psem_release_to.lua).
+	PsemReleaseTo = idempotent(psemReleaseTo)
+	PsemLease     = idempotent(psemReclaim + psemLease)
+	PsemCount     = idempotent(psemReclaim + psemCount)
+	PsemLeaseTime = idempotent(psemReclaim + psemLeaseTime)
+	PsemAdd       = once(psemAdd)
+	PsemSet       = idempotent(psemSet)
 )
 
 // Count-down latch (Redisson RCountDownLatch) scripts.
