@@ -71,7 +71,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Transport {
 }
 
 // Close stops the gate's prober and ends the waits on the gate.
-func (t *Transport) Close() { t.gate.close() }
+func (t *Transport) Close() {
+	t.gate.close()
+	t.batch.helpers.close()
+}
 
 // Gate returns the gate on Redis being reachable (reach.go).
 func (t *Transport) Gate() *Gate { return t.gate }
@@ -102,11 +105,15 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 	for pause := firstPause; ; pause = nextPause(pause) {
 		sends := new(sendCounter)
 		cmd = newCmd(ctx, "evalsha", s.Hash(), keys, args, sends)
-		t.batch.process(ctx, cmd)
+		if t.send(ctx, cmd) {
+			return errCmd(ctx, ctx.Err()), resent
+		}
 		if src := scripts.Source(s); src != "" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			sends = new(sendCounter)
 			cmd = newCmd(ctx, "eval", src, keys, args, sends)
-			t.batch.process(ctx, cmd)
+			if t.send(ctx, cmd) {
+				return errCmd(ctx, ctx.Err()), resent
+			}
 		}
 		// A repeat within any try (go-redis re-sends inside one) may
 		// answer for a run whose reply was lost, even if a later try
@@ -117,6 +124,19 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 			return cmd, resent
 		}
 	}
+}
+
+// send runs cmd through the batcher and reports whether the caller left
+// it on the wire (a ctx made by MayLeave that ended first): cmd is then
+// not the caller's, and the Left of ctx has its completion.
+func (t *Transport) send(ctx context.Context, cmd *redis.Cmd) (left bool) {
+	l := leaving(ctx)
+	if l == nil || t.batch.off {
+		t.batch.process(ctx, cmd)
+		return false
+	}
+	l.pending = t.batch.processLeaving(ctx, cmd)
+	return l.pending != nil
 }
 
 // RunOnce runs s, a script that must not run twice (it takes or gives
