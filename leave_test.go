@@ -81,6 +81,9 @@ func TestLockLeavesItsScriptOnTheWire(t *testing.T) {
 		}
 		return nil
 	})
+	// Room on the wire again, and no latency: a release would go out at
+	// once, alone, on another connection, and run before the script.
+	tr.UnfillWire()
 	proxy.SetLatency(0)
 	cancel()
 	err := recv(t, locked, 2*time.Second, "Lock whose ctx ended while its script was on the wire")
@@ -102,7 +105,6 @@ func TestLockLeavesItsScriptOnTheWire(t *testing.T) {
 		}
 		return nil
 	})
-	tr.UnfillWire()
 	eventually(t, 5*time.Second, func() error {
 		if n := onWireNow(c); n != 0 {
 			return fmt.Errorf("%d batches still counted on the wire", n)

@@ -636,10 +636,6 @@ m "leave: lone script not re-sent after a lost reply" internal/transport/leave.g
   '_ = b.rdb.Process(context.WithoutCancel(ctx), cmd)' \
   '_ = b.rdb.Process(context.WithoutCancel(ctx), onceCmd{cmd})' \
   . '^(TestLeavingLockSurvivesLostReply)$'
-m "leave: re-send under the helper's batch not counted" internal/transport/transport.go \
-  'resent = resent || sends.n.Load() > 1' \
-  'resent = resent || sends.n.Load() > 1 && leaving(ctx) == nil' \
-  . '^(TestLeavingLockSurvivesLostReply)$'
 # The holder record lives as long as the watchdog timeout, so a dead
 # process's record goes when its locks do.
 m "record: TTL not the watchdog timeout" clientinfo.go \
