@@ -6,7 +6,8 @@
 // may answer for a run whose reply was lost), sending a script that must
 // not run twice at most once, retrying refusals a cluster or a failover
 // clears by itself (retry.go), batching the scripts of concurrent callers
-// (batch.go), the gate that stops dialling while Redis cannot be reached
+// (batch.go) and sending them for callers that must be free to leave when
+// their ctx ends (leave.go), the gate that stops dialling while Redis cannot be reached
 // (reach.go) and waiting for replicas after a write (replicas.go).
 //
 // A Transport is made once per dlock Client and owns its state; the Client
