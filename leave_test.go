@@ -175,3 +175,57 @@ func TestLeavingLockSurvivesLostReply(t *testing.T) {
 		}
 	}
 }
+
+// TestLeavingBatchPanicReachesItsSender: when the batch that a Lock whose
+// ctx can end is made to send panics (a go-redis hook) on the helper
+// goroutine that sends it, the panic reaches that Lock's caller, as it
+// would had the caller sent the batch, and the batch no longer counts as
+// on the wire.
+func TestLeavingBatchPanicReachesItsSender(t *testing.T) {
+	rdb := newRedis(t)
+	rdb.AddHook(panickyScripts{})
+	c := newClient(t, rdb)
+	m := mustMutex(t, c, lockName(t))
+	tr := c.tr
+	tr.FillWire()
+	defer tr.ClearWire()
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		_, _ = m.Lock(boundedCtx(t, time.Minute))
+	}()
+	eventually(t, 5*time.Second, func() error {
+		if n := tr.LeavingQueued(); n != 1 {
+			return fmt.Errorf("%d of 1 queued", n)
+		}
+		return nil
+	})
+	tr.PassOn()
+	if r := recv(t, recovered, 10*time.Second, "the Lock whose batch panicked"); r == nil {
+		t.Error("the Lock returned without the batch's panic")
+	}
+	tr.UnfillWire()
+	eventually(t, 5*time.Second, func() error {
+		if n := onWireNow(c); n != 0 {
+			return fmt.Errorf("%d batches still counted on the wire", n)
+		}
+		return nil
+	})
+}
+
+// panickyScripts is a go-redis hook whose pipelines of scripts panic
+// (not those that set up a connection).
+type panickyScripts struct{}
+
+func (panickyScripts) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (panickyScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (panickyScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+				panic("hook")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}

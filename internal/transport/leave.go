@@ -99,25 +99,49 @@ func (b *batcher) processLeaving(ctx context.Context, cmd *redis.Cmd) (pending <
 
 // handOver runs send, the sending of a script or batch taken onto the
 // wire, on a helper goroutine, then takes it off (passOn), and waits for
-// it or for ctx.
+// it or for ctx. A panic in send (a go-redis hook) reaches the caller, as
+// it would have had the caller sent; once the caller has left, it goes
+// on on the helper.
 func (b *batcher) handOver(ctx context.Context, send func()) <-chan struct{} {
-	replied := make(chan struct{})
+	var (
+		replied  = make(chan struct{})
+		mu       sync.Mutex // orders the caller's leaving and the helper's end
+		left     bool
+		panicked any
+	)
 	b.helpers.run(func() {
 		defer b.passOn()
-		defer close(replied)
+		defer func() {
+			p := recover()
+			mu.Lock()
+			panicked = p
+			gone := left
+			close(replied)
+			mu.Unlock()
+			if p != nil && gone {
+				panic(p)
+			}
+		}()
 		send()
 	})
 	select {
 	case <-replied:
-		return nil
 	case <-ctx.Done():
+		mu.Lock()
 		select {
 		case <-replied:
-			return nil
 		default:
+			left = true
+		}
+		mu.Unlock()
+		if left {
 			return replied
 		}
 	}
+	if panicked != nil {
+		panic(panicked)
+	}
+	return nil
 }
 
 // helpers runs what callers that may leave hand over, on goroutines kept
