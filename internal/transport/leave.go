@@ -32,7 +32,12 @@ type Left struct {
 // Pending returns nil when no script was left on the wire, else a channel
 // closed once the script left there has its reply or has failed: only
 // then may what it did be undone.
-func (l *Left) Pending() <-chan struct{} { return l.pending }
+func (l *Left) Pending() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.pending
+}
 
 type leaveKey struct{}
 

@@ -102,19 +102,30 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 	if chk != nil && t.replicas.enabled() {
 		return t.evalSynced(ctx, chk, s, keys, args), false
 	}
+	l := leaving(ctx) // a caller that may leave (leave.go) sends nothing itself
+	if t.batch.off {
+		l = nil
+	}
 	deadline := retryDeadline(ctx)
 	for pause := firstPause; ; pause = nextPause(pause) {
 		sends := new(sendCounter)
 		cmd = newCmd(ctx, "evalsha", s.Hash(), keys, args, sends)
-		if t.send(ctx, cmd) {
-			return errCmd(ctx, ctx.Err()), resent
+		if l != nil {
+			l.pending = t.batch.processLeaving(ctx, cmd)
+		} else {
+			t.batch.process(ctx, cmd)
 		}
-		if src := scripts.Source(s); src != "" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if src := scripts.Source(s); src != "" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") && l.Pending() == nil {
 			sends = new(sendCounter)
 			cmd = newCmd(ctx, "eval", src, keys, args, sends)
-			if t.send(ctx, cmd) {
-				return errCmd(ctx, ctx.Err()), resent
+			if l != nil {
+				l.pending = t.batch.processLeaving(ctx, cmd)
+			} else {
+				t.batch.process(ctx, cmd)
 			}
+		}
+		if l.Pending() != nil { // left on the wire: cmd is not ours to read
+			return errCmd(ctx, ctx.Err()), resent
 		}
 		// A repeat within any try (go-redis re-sends inside one) may
 		// answer for a run whose reply was lost, even if a later try
@@ -125,19 +136,6 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 			return cmd, resent
 		}
 	}
-}
-
-// send runs cmd through the batcher and reports whether the caller left
-// it on the wire (a ctx made by MayLeave that ended first): cmd is then
-// not the caller's, and the Left of ctx has its completion.
-func (t *Transport) send(ctx context.Context, cmd *redis.Cmd) (left bool) {
-	l := leaving(ctx)
-	if l == nil || t.batch.off {
-		t.batch.process(ctx, cmd)
-		return false
-	}
-	l.pending = t.batch.processLeaving(ctx, cmd)
-	return l.pending != nil
 }
 
 // RunOnce runs s, a script that must not run twice (it takes or gives
