@@ -40,6 +40,9 @@ type reply struct {
 // background (left is true), what it took is given back there, and done
 // is called when it has finished.
 func (h *handle) sendAside(ctx context.Context, req request, done func()) (res attemptResult, left bool, err error) {
+	if h.mayLeave() {
+		return h.sendLeaving(ctx, req, done)
+	}
 	replied := make(chan reply, 1)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	h.c.runners.run(func() {
@@ -62,6 +65,41 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 	}
 }
 
+// mayLeave reports whether an attempt that must return when its ctx ends
+// can run on the caller's goroutine, its script sent by the batcher
+// (transport.MayLeave): a Mutex's attempt is one Run, where the transport
+// can leave a script on the wire, and none of its sends waits for
+// replicas or goes to a cluster (Transport.CanLeave). Handing the attempt
+// to another goroutine costs more than the attempt's own work in the
+// client.
+func (h *handle) mayLeave() bool {
+	_, mutex := h.kind.(*mutexKind)
+	return mutex && h.c.tr.CanLeave()
+}
+
+// sendLeaving makes an attempt on the caller's goroutine that returns when
+// ctx ends, even on a Redis client that ignores ctx: the transport sends
+// its script and the caller waits for the reply or ctx. An attempt whose
+// script was left on the wire (left is true) is finished in the
+// background: once the script has its reply or has failed, what it may
+// have taken is given back, the owner leaves the queue it may have joined
+// after gaveUp took it out, and done is called.
+func (h *handle) sendLeaving(ctx context.Context, req request, done func()) (res attemptResult, left bool, err error) {
+	lctx, l := transport.MayLeave(ctx)
+	res, err = h.send(lctx, req)
+	pending := l.Pending()
+	if pending == nil {
+		return res, false, err
+	}
+	h.c.work.run(h.holdKey(req.owner), func(context.Context) {
+		defer done()
+		<-pending
+		grace(h.giveBack(req))
+		h.leave(req)
+	})
+	return attemptResult{}, true, ctxErr(ctx)
+}
+
 // send makes one attempt: the kind's script behind the reach gate. A hold it took that did not reach
 // enough replicas (WithReplicaSync) is given back, and the error wraps
 // ErrNotReplicated. An attempt that failed without an answer may have run
@@ -81,7 +119,9 @@ func (h *handle) send(ctx context.Context, req request) (attemptResult, error) {
 		// An attempt not sent took nothing, but a hand-over to a
 		// queued Lock whose answer was lost may have made the owner
 		// the holder: that is given back too.
-		if sent || req.queued {
+		// A script left on the wire is given back once it completes
+		// (sendLeaving): given back now, the release could run first.
+		if (sent || req.queued) && !leftOnWire(ctx) {
 			done := h.giveBack(req)
 			if ctx.Err() == nil { // a caller out of time does not wait for it
 				grace(done)
@@ -94,6 +134,13 @@ func (h *handle) send(ctx context.Context, req request) (attemptResult, error) {
 		return attemptResult{}, short
 	}
 	return res, nil
+}
+
+// leftOnWire reports whether an attempt with ctx left its script on the
+// wire (sendLeaving).
+func leftOnWire(ctx context.Context) bool {
+	l := transport.LeftOf(ctx)
+	return l != nil && l.Pending() != nil
 }
 
 // runners runs the attempts that call hands over on goroutines kept

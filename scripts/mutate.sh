@@ -524,8 +524,8 @@ m "permits: re-sent release read as not held" permit_semaphore.go \
 # A permit attempt that failed without an answer may have taken its
 # permit: the engine gives it back, for permits as for locks.
 m "engine: failed attempt's take not given back" send.go \
-  '		if sent || req.queued {' \
-  '		if req.queued {' \
+  '		if (sent || req.queued) && !leftOnWire(ctx) {' \
+  '		if req.queued && !leftOnWire(ctx) {' \
   . '^(TestPermitSemaphoreLostReply)$'
 # The Client's waiters on one latch share one zero message: the one it
 # reaches wakes the others through the loop's extra wake-up.
@@ -744,6 +744,26 @@ m "batch: a third batch on the wire" internal/transport/batch.go \
   'if b.onWire < maxOnWire {' \
   'if b.onWire <= maxOnWire {' \
   . '^(TestBatchAtMostTwoOnWire)$'
+# A Lock whose ctx can end, on a go-redis client that ignores ctx, waits
+# for its script in the batcher itself (leave.go): what a script it left
+# on the wire took is given back once that script has its reply, not
+# before (the release would run first), ...
+m "leave: left script given back before it ran" send.go \
+  '		<-pending' \
+  '		_ = pending' \
+  . '^(TestLockLeavesItsScriptOnTheWire)$'
+# ... a batch it is made to send goes out on a helper goroutine, so that
+# the caller still returns when its ctx ends, ...
+m "leave: a leaving caller sends its batch itself" internal/transport/leave.go \
+  'return b.handOver(ctx, func() { b.send(batch) })' \
+  'b.send(batch); b.passOn(); return nil' \
+  . '^(TestLockLeavesItsScriptOnTheWire)$'
+# ... and its script, sent alone for it, is re-sent by go-redis after a
+# lost reply and the repeat counted, as any script of Run's.
+m "leave: lone script not re-sent after a lost reply" internal/transport/leave.go \
+  '_ = b.rdb.Process(context.WithoutCancel(ctx), cmd)' \
+  '_ = b.rdb.Process(context.WithoutCancel(ctx), onceCmd{cmd})' \
+  . '^(TestLeavingLockSurvivesLostReply)$'
 # The holder record lives as long as the watchdog timeout, so a dead
 # process's record goes when its locks do.
 m "record: TTL not the watchdog timeout" clientinfo.go \

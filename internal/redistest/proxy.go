@@ -20,6 +20,7 @@ type Proxy struct {
 	latency atomic.Int64 // time.Duration added to every forwarded chunk
 	dropArm atomic.Bool  // swallow the next chunk coming from the server
 	drops   atomic.Int64 // replies swallowed so far
+	delayed atomic.Int64 // chunks being held back by the latency now
 
 	mu     sync.Mutex
 	pairs  map[*proxyPair]struct{} // open connection pairs
@@ -67,6 +68,10 @@ func (p *Proxy) Addr() string { return p.listener.Addr().String() }
 // SetLatency delays every chunk of data forwarded in either direction by d.
 // Zero turns the delay off.
 func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// Delayed returns how many chunks the latency holds back now: a test
+// sees that data is on its way before it changes the latency.
+func (p *Proxy) Delayed() int { return int(p.delayed.Load()) }
 
 // DropNextReply arms the proxy to lose one reply: the next data that comes
 // back from the server, on any connection, is discarded and that
@@ -158,7 +163,9 @@ func (p *Proxy) forward(pair *proxyPair, src, dst net.Conn, replies bool) {
 				return
 			}
 			if d := time.Duration(p.latency.Load()); d > 0 {
+				p.delayed.Add(1)
 				time.Sleep(d)
+				p.delayed.Add(-1)
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,8 @@ type batcher struct {
 	mu     sync.Mutex
 	onWire int       // batches on the wire, or whose senders choose the next
 	queue  []*queued // scripts waiting for a batch on the wire to return
+
+	helpers helpers // send for callers that may leave (leave.go)
 }
 
 // maxOnWire is how many batches of one Client may be on the wire at once:
@@ -57,6 +60,9 @@ type queued struct {
 	cmd   *redis.Cmd
 	batch []*queued
 	done  chan struct{}
+	// leaving is a caller that may leave (leave.go): made the sender,
+	// it hands the batch to a helper goroutine.
+	leaving bool
 }
 
 // process runs cmd, alone at once if there is room on the wire, else in
@@ -125,13 +131,18 @@ func (b *batcher) send(batch []*queued) {
 }
 
 // passOn makes the first waiting caller the sender of every waiting
-// script, or takes one batch off the wire when no one waits.
+// script, or takes one batch off the wire when no one waits. A caller
+// that may leave is made the sender only when all may: it would hand the
+// batch over to a helper goroutine.
 func (b *batcher) passOn() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.onWire--
 		return
+	}
+	if i := slices.IndexFunc(b.queue, func(q *queued) bool { return !q.leaving }); i > 0 {
+		b.queue[0], b.queue[i] = b.queue[i], b.queue[0]
 	}
 	next := b.queue[0]
 	next.batch, b.queue = b.queue, nil
@@ -201,6 +212,20 @@ func (t *Transport) Batching() (onWire, queued int) {
 
 // Process runs cmd through the batcher, as Run does a script.
 func (t *Transport) Process(ctx context.Context, cmd *redis.Cmd) { t.batch.process(ctx, cmd) }
+
+// LeavingQueued returns how many waiting scripts are of callers that may
+// leave (MayLeave): each waits in the queue itself.
+func (t *Transport) LeavingQueued() int {
+	t.batch.mu.Lock()
+	defer t.batch.mu.Unlock()
+	n := 0
+	for _, q := range t.batch.queue {
+		if q.leaving {
+			n++
+		}
+	}
+	return n
+}
 
 // SendsDeadlinesAlone reports whether scripts whose ctx has a deadline go
 // out alone (Config.Deadlines).

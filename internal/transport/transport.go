@@ -6,7 +6,8 @@
 // may answer for a run whose reply was lost), sending a script that must
 // not run twice at most once, retrying refusals a cluster or a failover
 // clears by itself (retry.go), batching the scripts of concurrent callers
-// (batch.go), the gate that stops dialling while Redis cannot be reached
+// (batch.go) and sending them for callers that must be free to leave when
+// their ctx ends (leave.go), the gate that stops dialling while Redis cannot be reached
 // (reach.go) and waiting for replicas after a write (replicas.go).
 //
 // A Transport is made once per dlock Client and owns its state; the Client
@@ -71,7 +72,10 @@ func New(rdb redis.UniversalClient, cfg Config) *Transport {
 }
 
 // Close stops the gate's prober and ends the waits on the gate.
-func (t *Transport) Close() { t.gate.close() }
+func (t *Transport) Close() {
+	t.gate.close()
+	t.batch.helpers.close()
+}
 
 // Gate returns the gate on Redis being reachable (reach.go).
 func (t *Transport) Gate() *Gate { return t.gate }
@@ -98,15 +102,30 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 	if chk != nil && t.replicas.enabled() {
 		return t.evalSynced(ctx, chk, s, keys, args), false
 	}
+	l := leaving(ctx) // a caller that may leave (leave.go) sends nothing itself
+	if t.batch.off {
+		l = nil
+	}
 	deadline := retryDeadline(ctx)
 	for pause := firstPause; ; pause = nextPause(pause) {
 		sends := new(sendCounter)
 		cmd = newCmd(ctx, "evalsha", s.Hash(), keys, args, sends)
-		t.batch.process(ctx, cmd)
-		if src := scripts.Source(s); src != "" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if l != nil {
+			l.pending = t.batch.processLeaving(ctx, cmd)
+		} else {
+			t.batch.process(ctx, cmd)
+		}
+		if src := scripts.Source(s); src != "" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") && l.Pending() == nil {
 			sends = new(sendCounter)
 			cmd = newCmd(ctx, "eval", src, keys, args, sends)
-			t.batch.process(ctx, cmd)
+			if l != nil {
+				l.pending = t.batch.processLeaving(ctx, cmd)
+			} else {
+				t.batch.process(ctx, cmd)
+			}
+		}
+		if l.Pending() != nil { // left on the wire: cmd is not ours to read
+			return errCmd(ctx, ctx.Err()), resent
 		}
 		// A repeat within any try (go-redis re-sends inside one) may
 		// answer for a run whose reply was lost, even if a later try
