@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/driver"
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 )
@@ -266,7 +267,7 @@ func (ws *waits) write(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ws.c.cfg.watchdogTimeout/3)
 	defer cancel()
-	if err := waitsWrite.Run(ctx, ws.c.rdb, []string{ws.key}, args...).Err(); err != nil && ctx.Err() == nil {
+	if err := waitsWrite.Run(ctx, ws.c.drv, []string{ws.key}, args...).Err(); err != nil && ctx.Err() == nil {
 		ws.c.cfg.logger.Debug("dlock: wait record not written; retried at the next change or refresh", "key", ws.key, "error", err)
 	}
 }
@@ -323,7 +324,7 @@ func (ws *waits) close() {
 	<-done
 	ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, ws.c.cfg.watchdogTimeout))
 	defer cancel()
-	_ = ws.c.rdb.Del(ctx, ws.key).Err()
+	_ = ws.c.drv.Del(ctx, ws.key).Err()
 }
 
 // Deadlocks returns the wait-for cycles among the owners of every Client
@@ -446,7 +447,7 @@ func cyclesOf(nodes []string, next func(string) []string) [][]string {
 func (c *Client) readWaits(ctx context.Context) ([]Wait, error) {
 	var mu sync.Mutex
 	var out []Wait
-	read := func(ctx context.Context, rdb redis.Cmdable) error {
+	read := func(ctx context.Context, rdb driver.Commands) error {
 		iter := rdb.Scan(ctx, 0, layout.WaitsPrefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
 			m, err := rdb.HGetAll(ctx, iter.Val()).Result()
@@ -464,12 +465,7 @@ func (c *Client) readWaits(ctx context.Context) ([]Wait, error) {
 		}
 		return iter.Err()
 	}
-	var err error
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return read(ctx, m) })
-	} else {
-		err = read(ctx, c.rdb)
-	}
+	err := c.drv.Masters(ctx, read)
 	return out, err
 }
 
@@ -481,7 +477,7 @@ func (c *Client) readHolders(ctx context.Context, recorded []Wait) (map[string][
 		if _, ok := held[w.Lock]; ok {
 			continue
 		}
-		fields, err := c.rdb.HKeys(ctx, w.Lock).Result()
+		fields, err := c.drv.HKeys(ctx, w.Lock).Result()
 		if err != nil && !isNil(err) {
 			if strings.HasPrefix(err.Error(), "WRONGTYPE") {
 				held[w.Lock] = nil
@@ -514,7 +510,7 @@ func (c *Client) addHolders(ctx context.Context, ds []Deadlock) {
 			}
 			h, ok := found[id]
 			if !ok {
-				m, err := c.rdb.HGetAll(ctx, layout.ClientRecordPrefix+id).Result()
+				m, err := c.drv.HGetAll(ctx, layout.ClientRecordPrefix+id).Result()
 				if err == nil {
 					h.Host, h.Program, h.Name = m[layout.RecordHost], m[layout.RecordProgram], m[layout.RecordName]
 					h.PID, _ = strconv.Atoi(m[layout.RecordPID])

@@ -156,12 +156,12 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 // Acquire waited; "" when it exists or that cannot be told within a
 // second.
 func (s *Semaphore) neverSet(ctx context.Context) string {
-	if s.c.tr.Gate().Err() != nil {
+	if s.c.drv.Gate().Err() != nil {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if n, err := s.c.rdb.Exists(ctx, s.name).Result(); err != nil || n != 0 {
+	if n, err := s.c.drv.Exists(ctx, s.name).Result(); err != nil || n != 0 {
 		return ""
 	}
 	return " (the semaphore does not exist: it was never set up with TrySetPermits or AddPermits, or was deleted)"
@@ -233,7 +233,7 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	n, err := s.c.rdb.Get(ctx, s.name).Int()
+	n, err := s.c.drv.Get(ctx, s.name).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("dlock: semaphore %q: available permits: %w", s.name, err)
 	}
@@ -260,7 +260,7 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := s.c.rdb.Del(ctx, s.name).Result()
+	n, err := s.c.drv.Del(ctx, s.name).Result()
 	if err != nil {
 		return false, fmt.Errorf("dlock: semaphore %q: delete: %w", s.name, err)
 	}
