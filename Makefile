@@ -1,6 +1,6 @@
 # dlock: make demo runs the demo against a throwaway redis-server, make test
 # lints (gofmt, go vet, staticcheck) and tests every module (dlock, bench/,
-# dlockotel/, fencetest/, verify/). Both install Debian's Redis packages
+# dlockotel/, dlockrueidis/, fencetest/, verify/). Both install Debian's Redis packages
 # when missing; make test also PostgreSQL's (fencetest/ starts a server)
 # and iproute2 (verify/ builds network namespaces), as make verify does.
 

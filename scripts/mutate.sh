@@ -881,6 +881,16 @@ m "verify: semaphore model grants one permit too many" verify/check.go \
   'len(held) < n &&' \
   'len(held) <= n &&' \
   ./verify '^(TestCheckersOnSyntheticHistories)$'
+# dlockrueidis/: the rueidis driver falls back to EVAL after NOSCRIPT, and
+# subscribes its channels again (with notice) on a new pub/sub connection.
+m "rueidis: no EVAL after NOSCRIPT" dlockrueidis/driver.go \
+  'if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {' \
+  'if false && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {' \
+  ./dlockrueidis '^(TestNoScriptFallback)$'
+m "rueidis: a new pub/sub connection does not resubscribe" dlockrueidis/pubsub.go \
+  '		if len(chans) > 0 {' \
+  '		if false && len(chans) > 0 {' \
+  ./dlockrueidis '^(TestResubscribeWakesWaiters)$'
 # verify/: the fenced register refuses a lower token.
 m "verify: fenced register without its check" verify/worker.go \
   "if ARGV[2] == '1' and t < max then" \
