@@ -274,8 +274,8 @@ m "transport: once-script dials on through an outage" internal/transport/transpo
 # acquire too few acknowledged is given back (a failover would grant the
 # permit twice).
 m "synchronizer write skips replica sync" synchronizer.go \
-  'if c.tr.Synced() {' \
-  'if false && c.tr.Synced() {' \
+  'if c.drv.Synced() {' \
+  'if false && c.drv.Synced() {' \
   . '^(TestSynchronizerReplicaSyncNoReplica)$'
 # Run reports a script go-redis sent twice, so that a release's -1 is read
 # as the answer to the repeat.
