@@ -10,6 +10,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockrueidis"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
@@ -88,4 +89,25 @@ func TestCluster(t *testing.T) {
 			exclude(t, l, w)
 		})
 	}
+}
+
+// TestRedLock: a RedLock over three servers with rueidis Clients excludes
+// one with go-redis Clients on the same servers, both ways.
+func TestRedLock(t *testing.T) {
+	servers := redistest.NewServers(t, 3)
+	var rs, gs []*dlock.Client
+	for _, s := range servers {
+		rs = append(rs, newClientOn(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}}))
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		g, err := dlock.New(rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		gs = append(gs, g)
+	}
+	name := testName(t)
+	exclude(t, must(dlock.NewRedLock(rs, name)), must(dlock.NewRedLock(gs, name)))
+	exclude(t, must(dlock.NewRedLock(gs, name)), must(dlock.NewRedLock(rs, name)))
 }
