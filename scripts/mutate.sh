@@ -891,6 +891,10 @@ m "rueidis: a new pub/sub connection does not resubscribe" dlockrueidis/pubsub.g
   '		if len(chans) > 0 {' \
   '		if false && len(chans) > 0 {' \
   ./dlockrueidis '^(TestResubscribeWakesWaiters)$'
+m "rueidis: scripts ignore ctx's deadline" dlockrueidis/driver.go \
+  'cmd := toCmd(ctx, d.c.Do(ctx, d.c.B().Evalsha()' \
+  'cmd := toCmd(ctx, d.c.Do(context.WithoutCancel(ctx), d.c.B().Evalsha()' \
+  ./dlockrueidis '^(TestLockEndsByDeadline)$'
 # verify/: the fenced register refuses a lower token.
 m "verify: fenced register without its check" verify/worker.go \
   "if ARGV[2] == '1' and t < max then" \
