@@ -1,8 +1,9 @@
 # dlock: make demo runs the demo against a throwaway redis-server, make test
 # lints (gofmt, go vet, staticcheck) and tests every module (dlock, bench/,
-# dlockotel/, fencetest/, verify/). Both install Debian's Redis packages
-# when missing; make test also PostgreSQL's (fencetest/ starts a server)
-# and iproute2 (verify/ builds network namespaces), as make verify does.
+# dlockotel/, dlockrueidis/, fencetest/, verify/). Both install Debian's
+# Redis packages when missing; make test also PostgreSQL's (fencetest/
+# starts a server) and iproute2 (verify/ builds network namespaces), as
+# make verify does.
 
 GO ?= go
 REDIS_PKGS := redis-server redis-sentinel redis-tools tmux

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/driver"
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/transport"
@@ -21,8 +22,12 @@ import (
 // one per process and Close it at shutdown. A Client is safe for
 // concurrent use.
 type Client struct {
+	drv driver.Driver // sends every command (internal/driver)
+	// rdb and tr are the go-redis client and transport of a Client that
+	// New made (nil on another driver's): for tests only, the core goes
+	// through drv.
 	rdb redis.UniversalClient
-	tr  *transport.Transport // runs every script (internal/transport)
+	tr  *transport.Transport
 	id  string
 	cfg config
 
@@ -94,6 +99,19 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		// companion keys and batched renewals would land on other shards.
 		return nil, fmt.Errorf("%w: %T is not supported; use a *redis.Client (plain or Sentinel) or a *redis.ClusterClient", ErrInvalidOption, rdb)
 	}
+	c, err := connect(openGoRedis(rdb), opts)
+	if err != nil {
+		return nil, err
+	}
+	g := c.drv.(*goRedis)
+	c.rdb, c.tr = g.UniversalClient, g.Transport
+	return c, nil
+}
+
+// connect returns a Client on the Driver that open makes for its
+// options: New's, and through driver.Connect the other drivers' (such as
+// dlockrueidis.New).
+func connect(open driver.Open, opts []Option) (*Client, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
@@ -105,24 +123,24 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlock: client id: %w", err)
 	}
-	if err := cfg.replicas.check(rdb); err != nil {
+	drv, err := open(driver.Config{Replicas: cfg.replicas.replicas, ReplicaTimeout: cfg.replicas.timeout})
+	if err != nil {
 		return nil, err
 	}
 	c := &Client{
-		rdb:     rdb,
+		drv:     drv,
 		id:      id,
 		cfg:     cfg,
-		cluster: isCluster(rdb),
+		cluster: drv.Cluster(),
 		done:    make(chan struct{}),
 	}
 	if cfg.deadlocks != nil {
 		c.waits = newWaits(c, cfg.deadlocks)
 		WithObserver(c.waits.observer())(&c.cfg)
 	}
-	c.deadlines = honoursDeadlines(rdb)
-	c.tr = transport.New(rdb, transport.Config{Replicas: cfg.replicas.replicas, ReplicaTimeout: cfg.replicas.timeout, Deadlines: c.deadlines})
+	c.deadlines = drv.Deadlines()
 	c.record = newClientRecord(c, time.Now())
-	c.publish, c.hub = newHub(rdb, shardedPubSub(rdb, cfg))
+	c.publish, c.hub = drv.Hub(cfg.shardedPubSub, cfg.logger)
 	c.queues.past = pastBound(c.cluster, c.publish)
 	c.hub.OnReconnect = c.observeReconnect
 	c.hub.OnError = func(err error) {
@@ -133,7 +151,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	// others, nor the next try once the cluster or Sentinel has replaced
 	// it (go-redis alone would retry a timed-out command several times).
 	c.watchdog = watchdog.New(cfg.watchdogTimeout/3, cfg.batchSize, leased.renewGroup, keep, func(err error) {
-		c.tr.Reroute(context.Background(), err)
+		c.drv.Reroute(context.Background(), err)
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})
 	return c, nil
@@ -159,7 +177,7 @@ func (c *Client) Close() error {
 
 	c.watchdog.Close()
 	c.runners.close()
-	c.tr.Close()
+	c.drv.Shutdown()
 	c.permits.close() // permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {
@@ -253,11 +271,11 @@ func shardedPubSub(rdb redis.UniversalClient, cfg config) bool {
 func newHub(rdb redis.UniversalClient, sharded bool) (string, *pubsub.Hub) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok && sharded {
 		return "spublish", pubsub.NewSharded(
-			func(ctx context.Context) *redis.PubSub { return cc.SSubscribe(ctx) },
+			func(ctx context.Context) pubsub.Conn { return cc.SSubscribe(ctx) },
 			func(channel string) string { return strconv.Itoa(int(layout.Slot(channel))) },
 			cc.ReloadState)
 	}
-	return "publish", pubsub.New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
+	return "publish", pubsub.New(func(ctx context.Context) pubsub.Conn { return rdb.Subscribe(ctx) })
 }
 
 // Ping checks that Redis answers, for a service that wants to fail at
@@ -268,12 +286,12 @@ func (c *Client) Ping(ctx context.Context) error {
 		return fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
 	var err error
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return node.Ping(ctx).Err()
+	if c.cluster {
+		err = c.drv.Masters(ctx, func(ctx context.Context, m driver.Commands) error {
+			return m.Ping(ctx).Err()
 		})
 	} else {
-		err = c.rdb.Ping(ctx).Err()
+		err = c.drv.Ping(ctx).Err()
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnreachable, err)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/driver"
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/transport"
@@ -76,7 +77,7 @@ return 1`)
 
 // clientRecord keeps one Client's holder record in Redis.
 type clientRecord struct {
-	rdb      redis.UniversalClient
+	rdb      driver.Commands
 	key      string
 	id       string // the Client's id, its member in the seen set
 	ttl      time.Duration
@@ -109,7 +110,7 @@ func newClientRecord(c *Client, now time.Time) *clientRecord {
 	if c.cfg.clientName != "" {
 		args = append(args, layout.RecordName, c.cfg.clientName)
 	}
-	r := &clientRecord{rdb: c.rdb, key: layout.ClientRecordPrefix + c.id, id: c.id, ttl: ttl, args: args, interval: ttl / 3,
+	r := &clientRecord{rdb: c.drv, key: layout.ClientRecordPrefix + c.id, id: c.id, ttl: ttl, args: args, interval: ttl / 3,
 		wrote: make(chan struct{})}
 	r.logger = func(err error) {
 		switch {
@@ -234,7 +235,7 @@ func (c *Client) goneOwner(ctx context.Context, owner string) bool {
 // runInt runs a one-key read script through the transport (on the
 // master) and returns its integer reply.
 func (c *Client) runInt(ctx context.Context, s *redis.Script, key string, args ...any) (int64, error) {
-	cmd, _ := c.tr.Run(ctx, nil, s, []string{key}, args...)
+	cmd, _ := c.drv.Run(ctx, nil, s, []string{key}, args...)
 	return cmd.Int64()
 }
 

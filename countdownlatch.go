@@ -105,7 +105,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
 }
 
 func (l *CountDownLatch) count(ctx context.Context) (int, error) {
-	n, err := l.c.rdb.Get(ctx, l.name).Int()
+	n, err := l.c.drv.Get(ctx, l.name).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("dlock: latch %q: count: %w", l.name, err)
 	}

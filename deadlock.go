@@ -345,7 +345,7 @@ func (ws *waits) write(ctx context.Context) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ws.c.cfg.watchdogTimeout/3)
 	defer cancel()
-	return len(cur), waitsWrite.Run(ctx, ws.c.rdb, []string{ws.key, layout.WaitsIndex}, args...).Err()
+	return len(cur), waitsWrite.Run(ctx, ws.c.drv, []string{ws.key, layout.WaitsIndex}, args...).Err()
 }
 
 // check looks for cycles and fails the Lock of each wait of this Client
@@ -528,7 +528,7 @@ func cyclesOf(nodes []string, next func(string) []string) [][]string {
 // readWaits returns every recorded wait: the live records the index
 // names (one slot, so one node of a cluster).
 func (c *Client) readWaits(ctx context.Context) ([]Wait, error) {
-	vals, err := waitsRead.Run(ctx, c.rdb, []string{layout.WaitsIndex}, layout.WaitsPrefix).StringSlice()
+	vals, err := waitsRead.Run(ctx, c.drv, []string{layout.WaitsIndex}, layout.WaitsPrefix).StringSlice()
 	if err != nil {
 		return nil, err
 	}
@@ -550,7 +550,7 @@ func (c *Client) readHolders(ctx context.Context, recorded []Wait) (map[string][
 		if _, ok := held[w.Lock]; ok {
 			continue
 		}
-		fields, err := c.rdb.HKeys(ctx, w.Lock).Result()
+		fields, err := c.drv.HKeys(ctx, w.Lock).Result()
 		if err != nil && !isNil(err) {
 			if strings.HasPrefix(err.Error(), "WRONGTYPE") {
 				held[w.Lock] = nil
@@ -583,7 +583,7 @@ func (c *Client) addHolders(ctx context.Context, ds []Deadlock) {
 			}
 			h, ok := found[id]
 			if !ok {
-				m, err := c.rdb.HGetAll(ctx, layout.ClientRecordPrefix+id).Result()
+				m, err := c.drv.HGetAll(ctx, layout.ClientRecordPrefix+id).Result()
 				if err == nil {
 					h.Host, h.Program, h.Name = m[layout.RecordHost], m[layout.RecordProgram], m[layout.RecordName]
 					h.PID, _ = strconv.Atoi(m[layout.RecordPID])

@@ -163,7 +163,7 @@ func (e *Election) elect(ctx context.Context, l *leadership, value string) error
 	if len(os.Args) > 0 {
 		prog = filepath.Base(os.Args[0])
 	}
-	res, err := e.c.tr.Call(ctx, nil, false, scripts.ElectionElect, e.keys, l.owner, l.token, e.c.publish, e.slack().Milliseconds(),
+	res, err := e.c.drv.Call(ctx, nil, false, scripts.ElectionElect, e.keys, l.owner, l.token, e.c.publish, e.slack().Milliseconds(),
 		"value", value, "since", time.Now().UnixMilli(), "host", host, "pid", os.Getpid(),
 		"program", prog, "name", e.c.cfg.clientName).Int64()
 	switch {
@@ -213,7 +213,7 @@ func (e *Election) Proclaim(leaderCtx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	seq, err := e.c.tr.Call(leaderCtx, nil, true, scripts.ElectionProclaim, e.keys, l.owner, l.token, e.c.publish, value).Int64()
+	seq, err := e.c.drv.Call(leaderCtx, nil, true, scripts.ElectionProclaim, e.keys, l.owner, l.token, e.c.publish, value).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("dlock: proclaim %q: %w", e.name, err)
@@ -300,7 +300,7 @@ func (l *leadership) keep(leaderCtx context.Context) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(leaderCtx, every)
-			res, err := c.tr.Call(ctx, nil, false, scripts.ElectionKeep, l.e.readKeys, l.owner, l.token, l.e.slack().Milliseconds()).Int64()
+			res, err := c.drv.Call(ctx, nil, false, scripts.ElectionKeep, l.e.readKeys, l.owner, l.token, l.e.slack().Milliseconds()).Int64()
 			cancel()
 			switch {
 			case err != nil:
@@ -362,7 +362,7 @@ func (e *Election) slack() time.Duration { return e.c.cfg.watchdogTimeout / 3 }
 
 // end deletes l's election record and announces the end of l.
 func (l *leadership) end(ctx context.Context) error {
-	return l.e.c.tr.Call(ctx, nil, false, scripts.ElectionEnd, l.e.endKeys, l.owner, l.token, l.e.c.publish).Err()
+	return l.e.c.drv.Call(ctx, nil, false, scripts.ElectionEnd, l.e.endKeys, l.owner, l.token, l.e.c.publish).Err()
 }
 
 // Leader returns the current leader; the error wraps ErrNoLeader when
@@ -384,7 +384,7 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 // read returns the current leader (an empty Owner: none) and how long its
 // record has left (negative: none, or no expiry).
 func (e *Election) read(ctx context.Context) (LeaderInfo, time.Duration, error) {
-	res, err := e.c.tr.Call(ctx, nil, false, scripts.ElectionRead, e.readKeys).Slice()
+	res, err := e.c.drv.Call(ctx, nil, false, scripts.ElectionRead, e.readKeys).Slice()
 	if err != nil {
 		return LeaderInfo{}, 0, err
 	}

@@ -232,7 +232,7 @@ const fairPruneRounds = 4
 // for a check, "" for none.
 func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head string, err error) {
 	r.check.Reset()
-	cmd, _ := k.c.tr.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
+	cmd, _ := k.c.drv.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
 		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
 		millis(fairHeadCheck), millis(fairFreeCheck))
 	reply, err := cmd.Slice()
@@ -271,7 +271,7 @@ func (k *fairKind) subscribeEarly() bool {
 const fairBusyFor = time.Second
 
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return releaseReply(k.c.tr.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
 		unlockMessage, r.owner, k.c.publish, k.wait))
 }
 

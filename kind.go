@@ -155,9 +155,9 @@ const (
 	readUnlockMessage = "1" // a write lock is free: wake every reader
 )
 
-// Kinds run their scripts with the Client's transport (c.tr.Run) and read
+// Kinds run their scripts with the Client's driver (c.drv.Run) and read
 // the replies with attemptReply and releaseReply, which take Run's results
-// as they are: k.c.tr.Run is then called straight from the kind's method,
+// as they are: k.c.drv.Run is then called straight from the kind's method,
 // and the path from Lock to go-redis has no frame of these helpers.
 
 // attemptReply reads the reply of an acquire script, {1, token} when the
@@ -239,7 +239,7 @@ func isNil(err error) bool { return errors.Is(err, redis.Nil) }
 // eval runs a script with the Client's transport and returns its command,
 // for callers that need not know whether it was sent twice.
 func (c *Client) eval(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd, _ := c.tr.Run(ctx, nil, s, keys, args...)
+	cmd, _ := c.drv.Run(ctx, nil, s, keys, args...)
 	return cmd
 }
 
@@ -258,7 +258,7 @@ func (c *Client) forceScript(ctx context.Context, s *redis.Script, keys []string
 	if err == nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		c.rdb.Del(dctx, keys[len(keys)-1])
+		c.drv.Del(dctx, keys[len(keys)-1])
 	}
 	return n == 1, err
 }
@@ -278,5 +278,5 @@ func reachGate(c *Client, k kind) *transport.Gate {
 	if _, ok := k.(selfGated); ok {
 		return transport.Open
 	}
-	return c.tr.Gate()
+	return c.drv.Gate()
 }

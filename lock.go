@@ -131,7 +131,7 @@ func (h *handle) IsLocked(ctx context.Context) (bool, error) {
 	if err := h.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := h.c.rdb.Exists(ctx, h.kind.key()).Result()
+	n, err := h.c.drv.Exists(ctx, h.kind.key()).Result()
 	if err != nil {
 		return false, fmt.Errorf("dlock: is locked %q: %w", h.name, err)
 	}
@@ -151,7 +151,7 @@ func (h *handle) HoldCount(ctx context.Context) (int, error) {
 	if !ok {
 		return 0, nil
 	}
-	n, err := h.c.rdb.HGet(ctx, h.kind.key(), h.kind.field(owner)).Int()
+	n, err := h.c.drv.HGet(ctx, h.kind.key(), h.kind.field(owner)).Int()
 	switch {
 	case isNil(err):
 		return 0, nil
@@ -167,7 +167,7 @@ func (h *handle) TTL(ctx context.Context) (time.Duration, error) {
 	if err := h.check(ctx); err != nil {
 		return 0, err
 	}
-	d, err := h.c.rdb.PTTL(ctx, h.kind.key()).Result()
+	d, err := h.c.drv.PTTL(ctx, h.kind.key()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: ttl %q: %w", h.name, err)
 	}

@@ -62,15 +62,15 @@ func (k *mutexKind) label() string             { return KindMutex }
 func (k *mutexKind) channel(string) string     { return k.channelName }
 
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return attemptReply(k.c.tr.Run(ctx, r.check, scripts.LockAcquire, k.acquireKeys, millis(r.lease), r.owner, fenceArg(r)))
+	return attemptReply(k.c.drv.Run(ctx, r.check, scripts.LockAcquire, k.acquireKeys, millis(r.lease), r.owner, fenceArg(r)))
 }
 
 func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return releaseReply(k.c.tr.Run(ctx, nil, scripts.LockRelease, k.releaseKeys, unlockMessage, r.owner, k.c.publish))
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.LockRelease, k.releaseKeys, unlockMessage, r.owner, k.c.publish))
 }
 
 func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
-	cmd, resent := k.c.tr.Run(ctx, nil, scripts.LockReleaseTo, k.handKeys,
+	cmd, resent := k.c.drv.Run(ctx, nil, scripts.LockReleaseTo, k.handKeys,
 		unlockMessage, r.owner, k.c.publish, next.owner, millis(next.lease), fenceArg(next), when, ours)
 	res, err := cmd.Int64Slice()
 	switch {

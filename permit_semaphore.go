@@ -330,7 +330,7 @@ func (k psemKind) newOwner() (string, error) {
 func (k psemKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	s := k.s
 	now := nowMillis(time.Now())
-	cmd, _ := s.c.tr.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, expiryArg(now, r.lease), r.owner, noExpiryScore)
+	cmd, _ := s.c.drv.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, expiryArg(now, r.lease), r.owner, noExpiryScore)
 	return permitReply(cmd.Text())
 }
 
@@ -363,7 +363,7 @@ func (k psemKind) release(ctx context.Context, r request) (releaseResult, error)
 // answers the repeat: the first run released it.
 func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check) (releaseResult, error) {
 	s := k.s
-	cmd, resent := s.c.tr.Run(ctx, chk, scripts.PsemRelease.Script, s.keys(), nowMillis(time.Now()), s.c.publish, id)
+	cmd, resent := s.c.drv.Run(ctx, chk, scripts.PsemRelease.Script, s.keys(), nowMillis(time.Now()), s.c.publish, id)
 	n, err := cmd.Int()
 	switch {
 	case err != nil:
@@ -385,7 +385,7 @@ func (k psemKind) countedWakes() {}
 func (k psemKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
 	s := k.s
 	now := nowMillis(time.Now())
-	cmd, resent := s.c.tr.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), now, s.c.publish, r.owner,
+	cmd, resent := s.c.drv.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), now, s.c.publish, r.owner,
 		next.owner, expiryArg(now, next.lease), when, ours)
 	v, err := cmd.Int64Slice()
 	switch {
@@ -481,11 +481,11 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 // behind the reach gate, with WithReplicaSync's check; short is that
 // check's outcome.
 func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseResult, short, err error) {
-	gate := s.c.tr.Gate()
+	gate := s.c.drv.Gate()
 	if err := gate.Err(); err != nil {
 		return 0, nil, err
 	}
-	if s.c.tr.Synced() {
+	if s.c.drv.Synced() {
 		chk := new(transport.Check)
 		res, err = psemKind{s: s}.releaseID(ctx, id, chk)
 		return res, chk.Failed(), gate.Saw(err)
@@ -680,7 +680,7 @@ func (s *PermitSemaphore) Permits(ctx context.Context) ([]PermitInfo, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	zs, err := s.c.rdb.ZRangeWithScores(ctx, s.timeouts, 0, -1).Result()
+	zs, err := s.c.drv.ZRangeWithScores(ctx, s.timeouts, 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("dlock: semaphore %q: list permits: %w", s.name, err)
 	}
@@ -703,7 +703,7 @@ func (s *PermitSemaphore) Delete(ctx context.Context) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := s.c.rdb.Del(ctx, s.name, s.timeouts).Result()
+	n, err := s.c.drv.Del(ctx, s.name, s.timeouts).Result()
 	if err != nil {
 		return false, fmt.Errorf("dlock: semaphore %q: delete: %w", s.name, err)
 	}

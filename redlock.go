@@ -383,7 +383,7 @@ func (r redRenewer) renew(ctx context.Context, _ *Client, lease time.Duration, h
 // a *QuorumError when fewer than a quorum of nodes answered.
 func (l *RedLock) IsLocked(ctx context.Context) (bool, error) {
 	n, err := l.read(ctx, func(ctx context.Context, nd redNode) (int64, error) {
-		return nd.c.rdb.Exists(ctx, l.k.name).Result()
+		return nd.c.drv.Exists(ctx, l.k.name).Result()
 	})
 	return n > 0, err
 }
@@ -400,7 +400,7 @@ func (l *RedLock) HoldCount(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	n, err := l.read(ctx, func(ctx context.Context, nd redNode) (int64, error) {
-		v, err := nd.c.rdb.HGet(ctx, l.k.name, owner).Int64()
+		v, err := nd.c.drv.HGet(ctx, l.k.name, owner).Int64()
 		if isNil(err) {
 			return 0, nil
 		}
@@ -417,7 +417,7 @@ func (l *RedLock) HoldCount(ctx context.Context) (int, error) {
 // hold it.
 func (l *RedLock) TTL(ctx context.Context) (time.Duration, error) {
 	n, err := l.read(ctx, func(ctx context.Context, nd redNode) (int64, error) {
-		d, err := nd.c.rdb.PTTL(ctx, l.k.name).Result()
+		d, err := nd.c.drv.PTTL(ctx, l.k.name).Result()
 		return int64(max(d, 0)), err
 	})
 	return time.Duration(n), err

@@ -219,15 +219,16 @@ func clientAddr(c *Client) string {
 // "FailoverClient"), so for them only the go-redis client's identity can be
 // checked; NewRedLock does not dial to find out more.
 func distinctServers(clients []*Client) error {
-	rdbs := make(map[redis.UniversalClient]int, len(clients))
+	rdbs := make(map[any]int, len(clients))
 	addrs := make(map[string]int, len(clients))
 	for i, c := range clients {
-		// New accepts only *redis.Client and *redis.ClusterClient, so
-		// rdb is a comparable pointer.
-		if j, dup := rdbs[c.rdb]; dup {
+		// New accepts only *redis.Client and *redis.ClusterClient, and
+		// dlockrueidis a rueidis.Client, so the handle is a comparable
+		// pointer.
+		if j, dup := rdbs[c.drv.Handle()]; dup {
 			return fmt.Errorf("%w: RedLock clients %d and %d use the same go-redis client", ErrInvalidOption, j, i)
 		}
-		rdbs[c.rdb] = i
+		rdbs[c.drv.Handle()] = i
 		a := serverAddr(c)
 		if a == "" {
 			continue

@@ -191,7 +191,7 @@ func (p *permit) renewChunk(ctx context.Context, chunk []leased) error {
 func (c *Client) renewPermits(ctx context.Context, permits []*permit) error {
 	// Within the tick, before claiming the permits (UpdateLease waits for
 	// a claim): a renewal sent as Redis comes back keeps them.
-	c.tr.Gate().Wait(ctx)
+	c.drv.Gate().Wait(ctx)
 	var claimed, renewed, fixed []*permit
 	defer func() {
 		for _, p := range claimed {

@@ -138,13 +138,13 @@ func (k *readKind) renewer() renewer          { return readRenewer{} }
 func (k *readKind) label() string             { return KindRead }
 
 func (k *readKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return attemptReply(k.c.tr.Run(ctx, r.check, scripts.RWReadAcquire, []string{k.name, layout.ReadHoldPrefix(k.name, r.owner), k.token},
+	return attemptReply(k.c.drv.Run(ctx, r.check, scripts.RWReadAcquire, []string{k.name, layout.ReadHoldPrefix(k.name, r.owner), k.token},
 		millis(r.lease), r.owner, layout.WriteField(r.owner), fenceArg(r), millis(downgradePoll)))
 }
 
 func (k *readKind) release(ctx context.Context, r request) (releaseResult, error) {
 	keys := []string{k.name, k.channelName, layout.ReadHoldPrefix(k.name, r.owner), layout.HashTag(k.name)}
-	return releaseReply(k.c.tr.Run(ctx, nil, scripts.RWReadRelease, keys, unlockMessage, r.owner, k.c.publish))
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.RWReadRelease, keys, unlockMessage, r.owner, k.c.publish))
 }
 
 func (k *readKind) forceRelease(ctx context.Context) (bool, error) {
@@ -164,7 +164,7 @@ func (k *writeKind) label() string             { return KindWrite }
 const upgradeRefused = -1
 
 func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	cmd, _ := k.c.tr.Run(ctx, r.check, scripts.RWWriteAcquire, []string{k.name, k.token},
+	cmd, _ := k.c.drv.Run(ctx, r.check, scripts.RWWriteAcquire, []string{k.name, k.token},
 		millis(r.lease), layout.WriteField(r.owner), r.owner, fenceArg(r))
 	res, err := cmd.Int64Slice()
 	if err != nil {
@@ -177,7 +177,7 @@ func (k *writeKind) attempt(ctx context.Context, r request) (attemptResult, erro
 }
 
 func (k *writeKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return releaseReply(k.c.tr.Run(ctx, nil, scripts.RWWriteRelease, []string{k.name, k.channelName},
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.RWWriteRelease, []string{k.name, k.channelName},
 		readUnlockMessage, layout.WriteField(r.owner), k.c.publish))
 }
 

@@ -161,12 +161,12 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (err error) {
 // Acquire waited; "" when it exists or that cannot be told within a
 // second.
 func (s *Semaphore) neverSet(ctx context.Context) string {
-	if s.c.tr.Gate().Err() != nil {
+	if s.c.drv.Gate().Err() != nil {
 		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if n, err := s.c.rdb.Exists(ctx, s.name).Result(); err != nil || n != 0 {
+	if n, err := s.c.drv.Exists(ctx, s.name).Result(); err != nil || n != 0 {
 		return ""
 	}
 	return " (the semaphore does not exist: it was never set up with TrySetPermits or AddPermits, or was deleted)"
@@ -246,7 +246,7 @@ func (s *Semaphore) AvailablePermits(ctx context.Context) (int, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	n, err := s.c.rdb.Get(ctx, s.name).Int()
+	n, err := s.c.drv.Get(ctx, s.name).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("dlock: semaphore %q: available permits: %w", s.name, err)
 	}
@@ -273,7 +273,7 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	n, err := s.c.rdb.Del(ctx, s.name).Result()
+	n, err := s.c.drv.Del(ctx, s.name).Result()
 	if err != nil {
 		return false, fmt.Errorf("dlock: semaphore %q: delete: %w", s.name, err)
 	}
@@ -355,7 +355,7 @@ func (s *Semaphore) Expire(ctx context.Context, ttl time.Duration) (bool, error)
 	if ttl < time.Millisecond {
 		return false, fmt.Errorf("%w: semaphore %q: time to live %v: want at least 1ms", ErrInvalidOption, s.name, ttl)
 	}
-	ok, err := s.c.rdb.PExpire(ctx, s.name, ttl).Result()
+	ok, err := s.c.drv.PExpire(ctx, s.name, ttl).Result()
 	if err != nil {
 		return false, fmt.Errorf("dlock: semaphore %q: expire: %w", s.name, err)
 	}
@@ -368,7 +368,7 @@ func (s *Semaphore) ClearExpire(ctx context.Context) (bool, error) {
 	if err := s.check(ctx); err != nil {
 		return false, err
 	}
-	ok, err := s.c.rdb.Persist(ctx, s.name).Result()
+	ok, err := s.c.drv.Persist(ctx, s.name).Result()
 	if err != nil {
 		return false, fmt.Errorf("dlock: semaphore %q: clear expire: %w", s.name, err)
 	}
@@ -382,7 +382,7 @@ func (s *Semaphore) TTL(ctx context.Context) (time.Duration, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
-	d, err := s.c.rdb.PTTL(ctx, s.name).Result()
+	d, err := s.c.drv.PTTL(ctx, s.name).Result()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: semaphore %q: ttl: %w", s.name, err)
 	}

@@ -74,7 +74,7 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 // client.
 func (h *handle) mayLeave() bool {
 	_, mutex := h.kind.(*mutexKind)
-	return mutex && h.c.tr.CanLeave()
+	return mutex && h.c.drv.CanLeave()
 }
 
 // sendLeaving makes an attempt on the caller's goroutine that returns when

@@ -133,11 +133,11 @@ func (k *spinKind) channel(string) string     { return "" } // no messages: wait
 func (k *spinKind) newBackoff() *backoff      { return &backoff{next: k.initial, most: k.most} }
 
 func (k *spinKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return attemptReply(k.c.tr.Run(ctx, r.check, scripts.LockAcquire, []string{k.name, k.token}, millis(r.lease), r.owner, fenceArg(r)))
+	return attemptReply(k.c.drv.Run(ctx, r.check, scripts.LockAcquire, []string{k.name, k.token}, millis(r.lease), r.owner, fenceArg(r)))
 }
 
 func (k *spinKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return releaseReply(k.c.tr.Run(ctx, nil, scripts.SpinRelease, []string{k.name}, r.owner))
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.SpinRelease, []string{k.name}, r.owner))
 }
 
 func (k *spinKind) forceRelease(ctx context.Context) (bool, error) {

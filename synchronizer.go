@@ -75,7 +75,7 @@ var ErrNoReply = transport.ErrNoReply
 // failed dial, which sent nothing, is retried), and a lost reply is
 // reported as ErrNoReply (transport.RunOnce says why it goes alone).
 func runScript(ctx context.Context, c *Client, s scripts.Script, keys []string, args ...any) *redis.Cmd {
-	return c.tr.Call(ctx, nil, !s.Idempotent, s.Script, keys, args...)
+	return c.drv.Call(ctx, nil, !s.Idempotent, s.Script, keys, args...)
 }
 
 // runWrite is runScript for a write whose loss in a failover matters (it
@@ -86,10 +86,10 @@ func runScript(ctx context.Context, c *Client, s scripts.Script, keys []string, 
 // what follows (an acquire gives back what it took).
 func runWrite(ctx context.Context, c *Client, s scripts.Script, keys []string, args ...any) (cmd *redis.Cmd, short error) {
 	var chk *transport.Check
-	if c.tr.Synced() {
+	if c.drv.Synced() {
 		chk = new(transport.Check)
 	}
-	cmd = c.tr.Call(ctx, chk, !s.Idempotent, s.Script, keys, args...)
+	cmd = c.drv.Call(ctx, chk, !s.Idempotent, s.Script, keys, args...)
 	return cmd, chk.Failed()
 }
 
@@ -180,7 +180,7 @@ func (w *syncWait) sleep(ctx context.Context, res attemptResult) (bool, error) {
 // one try without the loop).
 func (w *syncWait) busy(attemptResult) error { return ErrNotObtained }
 
-func (w *syncWait) gate() *transport.Gate { return w.c.tr.Gate() }
+func (w *syncWait) gate() *transport.Gate { return w.c.drv.Gate() }
 
 // outlast: an error that is not an outage ends the wait.
 func (w *syncWait) outlast(error, time.Duration) bool { return false }

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dlock-go/dlock v0.1.0
+	github.com/dlock-go/dlock/dlockrueidis v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/rueidis v1.0.79
 	golang.org/x/image v0.47.0

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockrueidis"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
@@ -75,6 +76,12 @@ var libs = []lib{
 			rdb, rt := newRDBWith(addr, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 			return openDlockOn(rdb, rt, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewMutex(name) })
 		},
+	},
+	{
+		id:       "dlock-rueidis",
+		settings: "`Mutex` on rueidis (dlockrueidis), watchdog lease (30 s)",
+		open:     openDlockRueidis,
+		hook:     "rueidis.Client wrapper (Do and DoMulti calls)",
 	},
 	{
 		id:       "dlock-fair",
@@ -238,6 +245,40 @@ func (l *dlockLocker) close() {
 	for _, rdb := range l.rdbs {
 		_ = rdb.Close()
 	}
+}
+
+// dlockRueidisLocker is a dlock Mutex on rueidis (dlockrueidis), its
+// round trips counted as rueidislock's are.
+type dlockRueidisLocker struct {
+	*dlockLocker
+	rc rueidis.Client
+	rt *atomic.Int64
+}
+
+func openDlockRueidis(addr string, renewal time.Duration) (locker, error) {
+	n := &atomic.Int64{}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		return nil, err
+	}
+	var opts []dlock.Option
+	if renewal > 0 {
+		opts = append(opts, dlock.WithWatchdogTimeout(renewal))
+	}
+	c, err := dlockrueidis.New(rueidisCounter{Client: rc, n: n}, opts...)
+	if err != nil {
+		rc.Close()
+		return nil, err
+	}
+	dl := &dlockLocker{c: c, clients: []*dlock.Client{c}, newLock: func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewMutex(name) }}
+	return &dlockRueidisLocker{dlockLocker: dl, rc: rc, rt: n}, nil
+}
+
+func (l *dlockRueidisLocker) roundTrips() int64 { return l.rt.Load() }
+
+func (l *dlockRueidisLocker) close() {
+	l.dlockLocker.close()
+	l.rc.Close()
 }
 
 func sumCounters(cs []*counter) int64 {

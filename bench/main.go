@@ -75,8 +75,8 @@ var scenarios = []struct {
 	name string
 	libs []string
 }{
-	{"unc", []string{"dlock", "dlock-lease", "dlock-ctx", "redsync", "redislock-1ms", "rueidislock"}},
-	{"hot", []string{"dlock", "dlock-lease", "dlock-fair", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
+	{"unc", []string{"dlock", "dlock-lease", "dlock-ctx", "dlock-rueidis", "redsync", "redislock-1ms", "rueidislock"}},
+	{"hot", []string{"dlock", "dlock-lease", "dlock-rueidis", "dlock-fair", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
 	{"redlock", nil}, // redLibs
 	{"watchdog", []string{"dlock", "redsync", "redislock-10ms", "rueidislock"}},
 	{"waiters", []string{"dlock", "dlock-fair", "redsync", "redislock-10ms", "rueidislock"}},

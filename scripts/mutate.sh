@@ -312,8 +312,8 @@ m "transport: once-script dials on through an outage" internal/transport/transpo
 # acquire too few acknowledged is given back (a failover would grant the
 # permit twice).
 m "synchronizer write skips replica sync" synchronizer.go \
-  'if c.tr.Synced() {' \
-  'if false && c.tr.Synced() {' \
+  'if c.drv.Synced() {' \
+  'if false && c.drv.Synced() {' \
   . '^(TestSynchronizerReplicaSyncNoReplica)$'
 # Run reports a script go-redis sent twice, so that a release's -1 is read
 # as the answer to the repeat.
@@ -1061,6 +1061,20 @@ m "verify: semaphore model grants one permit too many" verify/check.go \
   'len(held) < n &&' \
   'len(held) <= n &&' \
   ./verify '^(TestCheckersOnSyntheticHistories)$'
+# dlockrueidis/: the rueidis driver falls back to EVAL after NOSCRIPT, and
+# subscribes its channels again (with notice) on a new pub/sub connection.
+m "rueidis: no EVAL after NOSCRIPT" dlockrueidis/driver.go \
+  'if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {' \
+  'if false && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {' \
+  ./dlockrueidis '^(TestNoScriptFallback)$'
+m "rueidis: a new pub/sub connection does not resubscribe" dlockrueidis/pubsub.go \
+  '		if len(chans) > 0 {' \
+  '		if false && len(chans) > 0 {' \
+  ./dlockrueidis '^(TestResubscribeWakesWaiters)$'
+m "rueidis: scripts ignore ctx's deadline" dlockrueidis/driver.go \
+  'cmd := toCmd(ctx, d.c.Do(ctx, d.c.B().Evalsha()' \
+  'cmd := toCmd(ctx, d.c.Do(context.WithoutCancel(ctx), d.c.B().Evalsha()' \
+  ./dlockrueidis '^(TestLockEndsByDeadline)$'
 # verify/: the fenced register refuses a lower token.
 m "verify: fenced register without its check" verify/worker.go \
   "if ARGV[2] == '1' then" \

@@ -56,9 +56,25 @@ const (
 	maxBackoff = 250 * time.Millisecond
 )
 
+// Conn is one subscription connection as the hub uses it: a go-redis
+// *redis.PubSub is one, and another Redis client library's driver
+// (dlockrueidis) provides its own. Receive returns a *redis.Subscription
+// for each (un)subscribe confirmation and a *redis.Message for each
+// message; after a reconnect the Conn subscribes its channels again, and
+// their confirmations tell the hub that messages may have been lost.
+type Conn interface {
+	Subscribe(ctx context.Context, channels ...string) error
+	SSubscribe(ctx context.Context, channels ...string) error
+	Unsubscribe(ctx context.Context, channels ...string) error
+	SUnsubscribe(ctx context.Context, channels ...string) error
+	ReceiveTimeout(ctx context.Context, timeout time.Duration) (any, error)
+	Ping(ctx context.Context, payload ...string) error
+	Close() error
+}
+
 // Hub multiplexes waiters over shared subscriptions.
 type Hub struct {
-	open    func(ctx context.Context) *redis.PubSub
+	open    func(ctx context.Context) Conn
 	sharded bool
 	shardOf func(channel string) string
 	refresh func(ctx context.Context)
@@ -84,7 +100,7 @@ type Hub struct {
 // ps and stop are guarded by the hub's mutex.
 type shard struct {
 	key  string
-	ps   *redis.PubSub
+	ps   Conn
 	stop context.CancelFunc // ends the reader
 
 	// inflight counts (S)SUBSCRIBE commands sent on this connection whose
@@ -128,7 +144,7 @@ const maxKept = 1024
 
 // New returns a classic hub: one connection, opened with open on first use,
 // and SUBSCRIBE. open must return a PubSub without channels.
-func New(open func(ctx context.Context) *redis.PubSub) *Hub {
+func New(open func(ctx context.Context) Conn) *Hub {
 	return newHub(open, false, func(string) string { return "" }, func(context.Context) {})
 }
 
@@ -138,11 +154,11 @@ func New(open func(ctx context.Context) *redis.PubSub) *Hub {
 // to the node serving that channel (redis.ClusterClient.SSubscribe does).
 // refresh is called before a shard is reached again after its node failed
 // or dropped it, to have the routing table reloaded.
-func NewSharded(open func(ctx context.Context) *redis.PubSub, shardOf func(channel string) string, refresh func(ctx context.Context)) *Hub {
+func NewSharded(open func(ctx context.Context) Conn, shardOf func(channel string) string, refresh func(ctx context.Context)) *Hub {
 	return newHub(open, true, shardOf, refresh)
 }
 
-func newHub(open func(ctx context.Context) *redis.PubSub, sharded bool, shardOf func(string) string, refresh func(context.Context)) *Hub {
+func newHub(open func(ctx context.Context) Conn, sharded bool, shardOf func(string) string, refresh func(context.Context)) *Hub {
 	return &Hub{
 		open: open, sharded: sharded, shardOf: shardOf, refresh: refresh,
 		shards: map[string]*shard{}, channels: map[string]*channel{},
@@ -359,14 +375,14 @@ func (s *shard) close() error {
 	return err
 }
 
-func (h *Hub) subscribe(ctx context.Context, ps *redis.PubSub, names ...string) error {
+func (h *Hub) subscribe(ctx context.Context, ps Conn, names ...string) error {
 	if h.sharded {
 		return ps.SSubscribe(ctx, names...)
 	}
 	return ps.Subscribe(ctx, names...)
 }
 
-func (h *Hub) unsubscribe(ctx context.Context, ps *redis.PubSub, names ...string) error {
+func (h *Hub) unsubscribe(ctx context.Context, ps Conn, names ...string) error {
 	if h.sharded {
 		return ps.SUnsubscribe(ctx, names...)
 	}

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 func testHub(t *testing.T, srv *redistest.Server) (*Hub, *redis.Client) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
-	h := New(func(ctx context.Context) *redis.PubSub { return rdb.Subscribe(ctx) })
+	h := New(func(ctx context.Context) Conn { return rdb.Subscribe(ctx) })
 	t.Cleanup(func() {
 		_ = h.Close()
 		_ = rdb.Close()

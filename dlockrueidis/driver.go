@@ -1,0 +1,166 @@
+package dlockrueidis
+
+// The rueidis Driver (internal/driver). rueidis pipelines the commands of
+// concurrent goroutines on one connection by itself, so scripts go
+// straight to Client.Do: no batcher, no goroutine hand-off (rueidis ends a
+// request by its ctx), and no re-send accounting, since rueidis never
+// sends a script again on its own (it retries read-only commands only).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/driver"
+	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/internal/transport"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// rdriver is the Driver of one rueidis.Client (standalone, Sentinel or
+// cluster).
+type rdriver struct {
+	c       rueidis.Client
+	cluster bool
+}
+
+var _ driver.Driver = (*rdriver)(nil)
+
+// The tries of a script refused for the moment (a failover's READONLY or
+// LOADING, a cluster's TRYAGAIN): as internal/transport's.
+const (
+	firstPause      = 20 * time.Millisecond
+	maxPause        = 500 * time.Millisecond
+	transientBudget = 5 * time.Second
+)
+
+// evalsha runs s by EVALSHA, and by EVAL (s.Eval, through d's Scripter)
+// when the server does not have it (NOSCRIPT: nothing ran).
+func (d *rdriver) evalsha(ctx context.Context, s *redis.Script, keys []string, args []any) *redis.Cmd {
+	cmd := toCmd(ctx, d.c.Do(ctx, d.c.B().Evalsha().Sha1(s.Hash()).Numkeys(int64(len(keys))).Key(keys...).Arg(strs(args)...).Build()))
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = s.Eval(ctx, d, keys, args...)
+	}
+	return cmd
+}
+
+// Run runs s, safe to run twice, trying again while Redis refuses it for
+// the moment. rueidis does not re-send a script, so it never reports a
+// repeat.
+func (d *rdriver) Run(ctx context.Context, _ *transport.Check, s *redis.Script, keys []string, args ...any) (*redis.Cmd, bool) {
+	deadline := retryDeadline(ctx)
+	for pause := firstPause; ; pause = min(2*pause, maxPause) {
+		cmd := d.evalsha(ctx, s, keys, args)
+		if !transport.Transient(cmd.Err()) || !again(ctx, pause, deadline) {
+			return cmd, false
+		}
+	}
+}
+
+// RunOnce runs s, which must not run twice: tried again only after a
+// refusal that says it did not run or a dial that failed; a lost reply
+// (a broken connection, ctx's end while the reply was due) wraps
+// transport.ErrNoReply.
+func (d *rdriver) RunOnce(ctx context.Context, _ *transport.Check, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	deadline := retryDeadline(ctx)
+	for pause := firstPause; ; pause = min(2*pause, maxPause) {
+		cmd := d.evalsha(ctx, s, keys, args)
+		err := cmd.Err()
+		if !(transport.Transient(err) || transport.NotSent(err)) || !again(ctx, pause, deadline) {
+			if err != nil && !isReply(err) && !transport.NotSent(err) {
+				cmd.SetErr(fmt.Errorf("%w: %w", transport.ErrNoReply, err))
+			}
+			return cmd
+		}
+	}
+}
+
+func (d *rdriver) Call(ctx context.Context, chk *transport.Check, once bool, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if once {
+		return d.RunOnce(ctx, chk, s, keys, args...)
+	}
+	cmd, _ := d.Run(ctx, chk, s, keys, args...)
+	return cmd
+}
+
+// Gate stays open: rueidis paces its own reconnects (it has no dial
+// breaker for a gate to spare).
+func (d *rdriver) Gate() *transport.Gate { return transport.Open }
+
+// Synced is false: New refuses WithReplicaSync.
+func (d *rdriver) Synced() bool { return false }
+
+// CanLeave is false: rueidis ends each request by its ctx itself, so a
+// script is never left on the wire for a caller that went away.
+func (d *rdriver) CanLeave() bool { return false }
+
+// Reroute does nothing: rueidis refreshes a cluster's slots itself.
+func (d *rdriver) Reroute(context.Context, error) {}
+
+func (d *rdriver) Cluster() bool   { return d.cluster }
+func (d *rdriver) Deadlines() bool { return true }
+func (d *rdriver) Handle() any     { return d.c }
+func (d *rdriver) Shutdown()       {}
+
+// Masters runs fn on the server, or on each master of a cluster.
+func (d *rdriver) Masters(ctx context.Context, fn func(ctx context.Context, m driver.Commands) error) error {
+	if !d.cluster {
+		return fn(ctx, d)
+	}
+	var errs []error
+	for addr, node := range d.c.Nodes() {
+		role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, convErr(err)))
+			continue
+		}
+		if len(role) == 0 {
+			continue
+		}
+		if r, _ := role[0].ToString(); r != "master" {
+			continue
+		}
+		if err := fn(ctx, &rdriver{c: node}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Hub opens the pub/sub hub: classic PUBLISH and SUBSCRIBE on one
+// dedicated connection, or on a cluster sharded SPUBLISH and SSUBSCRIBE
+// (one connection per slot) unless WithShardedPubSub(false).
+func (d *rdriver) Hub(sharded *bool, _ *slog.Logger) (string, *pubsub.Hub) {
+	if d.cluster && (sharded == nil || *sharded) {
+		return "spublish", pubsub.NewSharded(d.openConn, slotOf, func(context.Context) {})
+	}
+	return "publish", pubsub.New(d.openConn)
+}
+
+func (d *rdriver) openConn(context.Context) pubsub.Conn { return newConn(d.c) }
+
+func retryDeadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(transientBudget)
+}
+
+// again waits pause before another try, and reports false when ctx ends
+// first or the try would start after deadline.
+func again(ctx context.Context, pause time.Duration, deadline time.Time) bool {
+	if time.Now().Add(pause).After(deadline) {
+		return false
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
