@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/dlockrueidis"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
 
@@ -74,4 +75,51 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
+}
+
+// Client.Close while the server has stopped answering, with a waiter
+// subscribed: the waiter's unsubscribe and the pub/sub connection's
+// closing must not wait for the silent server (rueidis's own timeouts
+// took 13 s; go-redis takes 5 s).
+func TestCloseOnSilentServer(t *testing.T) {
+	p := redistest.NewTestProxy(t, redisAddr)
+	c := newClientOn(t, rueidis.ClientOption{InitAddress: []string{p.Addr()}})
+	holder := must(newGoRedisClient(t).NewMutex(testName(t)))
+	ctx := boundedCtx(t, 60*time.Second)
+	held, err := holder.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Unlock(held)
+	m := must(c.NewMutex(testName(t)))
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	locked := make(chan error, 1)
+	go func() { _, err := m.Lock(lctx); locked <- err }()
+	admin := newRedis(t)
+	channel := "redisson_lock__channel:{" + testName(t) + "}"
+	for {
+		n, _ := admin.PubSubNumSub(ctx, channel).Result()
+		if n[channel] == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the waiter never subscribed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.SetLatency(20 * time.Second)
+	defer p.CloseAll()
+	defer p.SetLatency(0)
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	awaitDone(t, closed, 8*time.Second, "Client.Close on a silent server")
+	t.Logf("Close took %v", time.Since(start))
+	cancel()
+	select {
+	case <-locked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock still blocked 10s after Close and its ctx's end")
+	}
 }
