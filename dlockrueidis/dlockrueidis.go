@@ -24,6 +24,12 @@ import (
 // WithReplicaSync is not supported on rueidis and is refused with
 // dlock.ErrInvalidOption.
 //
+// client must not set rueidis.ClientOption.ConnLifetime: rueidis sends a
+// command again when it failed because its connection's lifetime ended,
+// which could run a script that must run at most once (a semaphore's
+// acquire, a fenced write) twice. rueidis.Client does not expose its
+// options, so New cannot refuse such a client.
+//
 // The Client is made through a hook of dlock's internal seam
 // (internal/driver.Connect): dlock's public API names no driver, so that
 // the seam between the core and a Redis client library stays internal and

@@ -105,29 +105,37 @@ func (d *rdriver) Deadlines() bool { return true }
 func (d *rdriver) Handle() any     { return d.c }
 func (d *rdriver) Shutdown()       {}
 
-// Masters runs fn on the server, or on each master of a cluster.
+// Masters runs fn on the server, or on each master of a cluster,
+// concurrently, as the Driver interface says.
 func (d *rdriver) Masters(ctx context.Context, fn func(ctx context.Context, m driver.Commands) error) error {
 	if !d.cluster {
 		return fn(ctx, d)
 	}
-	var errs []error
-	for addr, node := range d.c.Nodes() {
-		role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", addr, convErr(err)))
-			continue
-		}
-		if len(role) == 0 {
-			continue
-		}
-		if r, _ := role[0].ToString(); r != "master" {
-			continue
-		}
-		if err := fn(ctx, &rdriver{c: node}); err != nil {
-			errs = append(errs, err)
-		}
+	nodes := d.c.Nodes()
+	errs := make(chan error, len(nodes))
+	for addr, node := range nodes {
+		go func() { errs <- d.onMaster(ctx, addr, node, fn) }()
 	}
-	return errors.Join(errs...)
+	var all []error
+	for range nodes {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// onMaster runs fn on node if it is a master.
+func (d *rdriver) onMaster(ctx context.Context, addr string, node rueidis.Client, fn func(ctx context.Context, m driver.Commands) error) error {
+	role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+	if err != nil {
+		return fmt.Errorf("%s: %w", addr, convErr(err))
+	}
+	if len(role) == 0 {
+		return nil
+	}
+	if r, _ := role[0].ToString(); r != "master" {
+		return nil
+	}
+	return fn(ctx, &rdriver{c: node})
 }
 
 // Hub opens the pub/sub hub: classic PUBLISH and SUBSCRIBE on one

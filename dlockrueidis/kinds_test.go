@@ -59,8 +59,9 @@ func testName(t *testing.T) string {
 }
 
 // exclude checks that while l holds the lock its rival r cannot take it,
-// that a waiting r.Lock is woken by l's Unlock, and then frees it.
-func exclude(t *testing.T, l, r dlock.Locker) {
+// that a waiting r.Lock is woken by l's Unlock, and then frees it. When
+// waiting is not nil, l unlocks only once it reports the rival waiting.
+func exclude(t *testing.T, l, r dlock.Locker, waiting ...func(context.Context) bool) {
 	t.Helper()
 	ctx := boundedCtx(t, 30*time.Second)
 	held, err := l.Lock(ctx)
@@ -77,7 +78,14 @@ func exclude(t *testing.T, l, r dlock.Locker) {
 		rheld, err = r.Lock(ctx)
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // not a sync: lets the rival start waiting first (it would also pass if not)
+	for _, w := range waiting {
+		for !w(ctx) {
+			if ctx.Err() != nil {
+				t.Fatal("the rival never subscribed to wait")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	if err := l.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
@@ -87,13 +95,32 @@ func exclude(t *testing.T, l, r dlock.Locker) {
 	}
 }
 
+// subscribed returns a waiting func for exclude: true once a channel whose
+// name holds the lock's name has a subscriber on the test server.
+func subscribed(t *testing.T, name string) func(context.Context) bool {
+	rdb := newRedis(t)
+	return func(ctx context.Context) bool {
+		chans, err := rdb.PubSubChannels(ctx, "*"+name+"*").Result()
+		if err != nil || len(chans) == 0 {
+			return false
+		}
+		n, err := rdb.PubSubNumSub(ctx, chans...).Result()
+		for _, c := range n {
+			if err == nil && c > 0 {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // TestKinds: every lock kind through the rueidis driver, between two
 // rueidis Clients.
 func TestKinds(t *testing.T) {
 	for _, k := range lockerKinds {
 		t.Run(k.name, func(t *testing.T) {
 			l, r := k.open(t, newClient(t), newClient(t), testName(t))
-			exclude(t, l, r)
+			exclude(t, l, r, subscribed(t, testName(t)))
 		})
 	}
 }
@@ -106,11 +133,11 @@ func TestCrossTransport(t *testing.T) {
 			g, r := newGoRedisClient(t), newClient(t)
 			t.Run("RueidisHolds", func(t *testing.T) {
 				l, w := k.open(t, r, g, testName(t))
-				exclude(t, l, w)
+				exclude(t, l, w, subscribed(t, testName(t)))
 			})
 			t.Run("GoRedisHolds", func(t *testing.T) {
 				l, w := k.open(t, g, r, testName(t))
-				exclude(t, l, w)
+				exclude(t, l, w, subscribed(t, testName(t)))
 			})
 		})
 	}

@@ -2,10 +2,18 @@ package dlockrueidis
 
 // pubsub.Conn on rueidis: one dedicated connection with pub/sub hooks.
 // rueidis does not reconnect a dedicated connection, as go-redis's PubSub
-// does, so conn does it itself: the read after a broken connection opens a
-// new one and subscribes every channel again. Those subscriptions'
-// confirmations reach the hub, which takes one nobody waited for as the
-// notice that messages may have been lost and wakes every waiter.
+// does, so conn does it itself: the hub's reader, in ReceiveTimeout, opens
+// a new one after a broken connection and subscribes every channel again,
+// with its own ctx. Those subscriptions' confirmations reach the hub, which
+// takes one nobody waited for as the notice that messages may have been
+// lost and wakes every waiter.
+//
+// Like go-redis's PubSub, (un)subscribing only queues the command: a writer
+// goroutine of the connection sends it, and the confirmation arrives
+// through the hooks. The hub calls Subscribe and Unsubscribe under its
+// mutex, and rueidis's Do would wait there a round trip, or, for a new
+// connection, for a free connection of the blocking pool it shares with
+// the application's BLPOPs. Only the reader waits for a connection.
 
 import (
 	"context"
@@ -21,66 +29,163 @@ import (
 type conn struct {
 	c rueidis.Client
 
-	mu      sync.Mutex
-	dc      rueidis.DedicatedClient // nil until used, and after it broke
-	cancel  func()
-	broken  <-chan error // of dc: receives why it closed
-	chans   map[string]bool
-	schans  map[string]bool
-	queue   []any         // received, not yet read
+	mu     sync.Mutex
+	dc     rueidis.DedicatedClient // nil until the reader opened it, and after it broke
+	broken <-chan error            // of dc: receives why it closed
+	stop   func()                  // ends dc's writer
+	outbox []outgoing              // to send on dc, in order
+	wrote  chan struct{}           // signalled when outbox grows
+	chans  map[string]bool
+	schans map[string]bool
+	queue  []any // received, not yet read: replies, or errors
+	closed bool
+
 	arrived chan struct{} // signalled when queue grows
-	closed  bool
+	done    chan struct{} // closed by Close
+}
+
+// outgoing is one queued command; pong marks a PING, whose answer is
+// queued as a *redis.Pong.
+type outgoing struct {
+	cmd  rueidis.Completed
+	pong bool
 }
 
 func newConn(c rueidis.Client) *conn {
-	return &conn{c: c, chans: map[string]bool{}, schans: map[string]bool{}, arrived: make(chan struct{}, 1)}
+	return &conn{
+		c: c, chans: map[string]bool{}, schans: map[string]bool{},
+		arrived: make(chan struct{}, 1), done: make(chan struct{}),
+	}
 }
 
-// push queues a received item; it never blocks rueidis's hook goroutine.
-func (p *conn) push(v any) {
+// push queues a received item (or an error reply) from dc, unless dc was
+// dropped meanwhile; it never blocks rueidis's hook goroutine.
+func (p *conn) push(dc rueidis.DedicatedClient, v any) {
 	p.mu.Lock()
+	if p.dc != dc {
+		p.mu.Unlock()
+		return
+	}
 	p.queue = append(p.queue, v)
 	p.mu.Unlock()
+	signal(p.arrived)
+}
+
+func signal(c chan struct{}) {
 	select {
-	case p.arrived <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
-// open returns the dedicated connection, opening it if needed; p.mu must
-// be held. On a new connection, again subscribes the channels already
-// recorded; it must be called without p.mu, since the confirmations go
-// through the hooks, which take it.
-func (p *conn) open() (dc rueidis.DedicatedClient, again func(ctx context.Context) error, err error) {
-	again = func(context.Context) error { return nil }
-	if p.closed {
-		return nil, again, redis.ErrClosed
+// dedicate waits for a connection of rueidis's blocking pool until ctx
+// ends or p closes. rueidis's Dedicate takes no ctx, so it runs on its own
+// goroutine, which closes a connection that comes too late.
+func (p *conn) dedicate(ctx context.Context) (rueidis.DedicatedClient, error) {
+	got, abandon := make(chan rueidis.DedicatedClient), make(chan struct{})
+	go func() {
+		dc, _ := p.c.Dedicate()
+		select {
+		case got <- dc:
+		case <-abandon:
+			dc.Close()
+		}
+	}()
+	select {
+	case dc := <-got:
+		return dc, nil
+	case <-ctx.Done():
+		close(abandon)
+		return nil, ctx.Err()
+	case <-p.done:
+		close(abandon)
+		return nil, redis.ErrClosed
 	}
-	if p.dc != nil {
-		return p.dc, again, nil
+}
+
+// open gives p a new connection, whose first commands subscribe every
+// channel recorded, and starts its writer.
+func (p *conn) open(ctx context.Context) error {
+	dc, err := p.dedicate(ctx)
+	if err != nil {
+		return err
 	}
-	dc, cancel := p.c.Dedicate()
-	p.broken = dc.SetPubSubHooks(rueidis.PubSubHooks{
+	broken := dc.SetPubSubHooks(rueidis.PubSubHooks{
 		OnMessage: func(m rueidis.PubSubMessage) {
-			p.push(&redis.Message{Channel: m.Channel, Payload: m.Message})
+			p.push(dc, &redis.Message{Channel: m.Channel, Payload: m.Message})
 		},
 		OnSubscription: func(s rueidis.PubSubSubscription) {
-			p.push(&redis.Subscription{Kind: s.Kind, Channel: s.Channel, Count: int(s.Count)})
+			p.push(dc, &redis.Subscription{Kind: s.Kind, Channel: s.Channel, Count: int(s.Count)})
 		},
 	})
-	p.dc, p.cancel = dc, cancel
-	chans, schans := keys(p.chans), keys(p.schans)
-	again = func(ctx context.Context) error {
-		var errs []error
-		if len(chans) > 0 {
-			errs = append(errs, dc.Do(ctx, dc.B().Subscribe().Channel(chans...).Build()).Error())
-		}
-		if len(schans) > 0 {
-			errs = append(errs, dc.Do(ctx, dc.B().Ssubscribe().Channel(schans...).Build()).Error())
-		}
-		return convErr(errors.Join(errs...))
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		dc.Close()
+		return redis.ErrClosed
 	}
-	return dc, again, nil
+	wctx, stop := context.WithCancel(context.Background())
+	p.dc, p.broken, p.stop = dc, broken, stop
+	p.wrote = make(chan struct{}, 1)
+	p.outbox = nil
+	if len(p.chans) > 0 {
+		p.outbox = append(p.outbox, outgoing{cmd: p.c.B().Subscribe().Channel(keys(p.chans)...).Build()})
+	}
+	if len(p.schans) > 0 {
+		p.outbox = append(p.outbox, outgoing{cmd: p.c.B().Ssubscribe().Channel(keys(p.schans)...).Build()})
+	}
+	wrote := p.wrote
+	p.mu.Unlock()
+	signal(wrote)
+	go p.write(wctx, dc, wrote)
+	return nil
+}
+
+// write sends dc's queued commands in order until ctx ends (dc dropped).
+// An error reply is queued for the reader, as go-redis's PubSub reports
+// it; a broken connection is the reader's to notice, through broken.
+func (p *conn) write(ctx context.Context, dc rueidis.DedicatedClient, wrote <-chan struct{}) {
+	for {
+		select {
+		case <-wrote:
+		case <-ctx.Done():
+			return
+		}
+		p.mu.Lock()
+		if p.dc != dc {
+			p.mu.Unlock()
+			return
+		}
+		out := p.outbox
+		p.outbox = nil
+		p.mu.Unlock()
+		if len(out) == 0 {
+			continue
+		}
+		cmds := make([]rueidis.Completed, len(out))
+		for i, o := range out {
+			cmds[i] = o.cmd
+		}
+		for i, res := range dc.DoMulti(ctx, cmds...) {
+			switch err := convErr(res.Error()); {
+			case err == nil && out[i].pong:
+				p.push(dc, &redis.Pong{})
+			case isReply(err):
+				p.push(dc, err)
+			}
+		}
+	}
+}
+
+// enqueue queues a command for the current connection, if there is one;
+// p.mu must be held. Without one, the reader's next open subscribes what
+// the channel sets then say.
+func (p *conn) enqueue(o outgoing) {
+	if p.dc == nil {
+		return
+	}
+	p.outbox = append(p.outbox, o)
+	signal(p.wrote)
 }
 
 func keys(m map[string]bool) []string {
@@ -91,10 +196,18 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// send records or forgets channels and sends the (un)subscribe command.
-func (p *conn) send(ctx context.Context, set map[string]bool, add bool, build func(rueidis.DedicatedClient) rueidis.Completed, names []string) error {
+// send records or forgets channels and queues the (un)subscribe command;
+// it does not wait for the server. A ctx that has ended fails it, and
+// nothing changes.
+func (p *conn) send(ctx context.Context, set map[string]bool, add bool, cmd rueidis.Completed, names []string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	p.mu.Lock()
-	dc, again, err := p.open()
+	defer p.mu.Unlock()
+	if p.closed {
+		return redis.ErrClosed
+	}
 	for _, n := range names {
 		if add {
 			set[n] = true
@@ -102,38 +215,24 @@ func (p *conn) send(ctx context.Context, set map[string]bool, add bool, build fu
 			delete(set, n)
 		}
 	}
-	p.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if err := again(ctx); err != nil {
-		return err
-	}
-	return convErr(dc.Do(ctx, build(dc)).Error())
+	p.enqueue(outgoing{cmd: cmd})
+	return nil
 }
 
 func (p *conn) Subscribe(ctx context.Context, names ...string) error {
-	return p.send(ctx, p.chans, true, func(dc rueidis.DedicatedClient) rueidis.Completed {
-		return dc.B().Subscribe().Channel(names...).Build()
-	}, names)
+	return p.send(ctx, p.chans, true, p.c.B().Subscribe().Channel(names...).Build(), names)
 }
 
 func (p *conn) SSubscribe(ctx context.Context, names ...string) error {
-	return p.send(ctx, p.schans, true, func(dc rueidis.DedicatedClient) rueidis.Completed {
-		return dc.B().Ssubscribe().Channel(names...).Build()
-	}, names)
+	return p.send(ctx, p.schans, true, p.c.B().Ssubscribe().Channel(names...).Build(), names)
 }
 
 func (p *conn) Unsubscribe(ctx context.Context, names ...string) error {
-	return p.send(ctx, p.chans, false, func(dc rueidis.DedicatedClient) rueidis.Completed {
-		return dc.B().Unsubscribe().Channel(names...).Build()
-	}, names)
+	return p.send(ctx, p.chans, false, p.c.B().Unsubscribe().Channel(names...).Build(), names)
 }
 
 func (p *conn) SUnsubscribe(ctx context.Context, names ...string) error {
-	return p.send(ctx, p.schans, false, func(dc rueidis.DedicatedClient) rueidis.Completed {
-		return dc.B().Sunsubscribe().Channel(names...).Build()
-	}, names)
+	return p.send(ctx, p.schans, false, p.c.B().Sunsubscribe().Channel(names...).Build(), names)
 }
 
 // timeoutError is ReceiveTimeout's error when nothing arrived in time: a
@@ -144,9 +243,10 @@ func (timeoutError) Error() string   { return "dlockrueidis: pub/sub receive tim
 func (timeoutError) Timeout() bool   { return true }
 func (timeoutError) Temporary() bool { return true }
 
-// ReceiveTimeout returns the next confirmation or message. A connection
-// that broke is reported once, as its error; the next call opens a new
-// one and subscribes the channels again.
+// ReceiveTimeout returns the next confirmation, message or error reply.
+// Without a connection it first opens one (waiting, past timeout, until
+// ctx ends for a connection of the blocking pool) and subscribes the
+// channels again. A connection that broke is reported once, as its error.
 func (p *conn) ReceiveTimeout(ctx context.Context, timeout time.Duration) (any, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -160,20 +260,18 @@ func (p *conn) ReceiveTimeout(ctx context.Context, timeout time.Duration) (any, 
 			v := p.queue[0]
 			p.queue = p.queue[1:]
 			p.mu.Unlock()
+			if err, ok := v.(error); ok {
+				return nil, err
+			}
 			return v, nil
 		}
-		_, again, err := p.open()
-		broken := p.broken
+		opened, broken := p.dc != nil, p.broken
 		p.mu.Unlock()
-		if err == nil {
-			err = again(ctx)
-		}
-		if err != nil {
-			p.mu.Lock()
-			release := p.drop()
-			p.mu.Unlock()
-			release()
-			return nil, err
+		if !opened {
+			if err := p.open(ctx); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		select {
 		case <-p.arrived:
@@ -194,33 +292,34 @@ func (p *conn) ReceiveTimeout(ctx context.Context, timeout time.Duration) (any, 
 	}
 }
 
-// drop forgets the connection; p.mu must be held. The returned function
-// gives it back to rueidis, and must be called without p.mu: giving it
-// back waits for its hooks, which take p.mu.
+// drop forgets the connection and what was queued for it; p.mu must be
+// held. The returned function closes it rather than giving it back to the
+// pool, where rueidis would unsubscribe it with no deadline; it must be
+// called without p.mu.
 func (p *conn) drop() (release func()) {
-	release = p.cancel
-	if release == nil {
-		release = func() {}
+	dc, stop := p.dc, p.stop
+	p.dc, p.stop, p.broken, p.outbox = nil, nil, nil, nil
+	if dc == nil {
+		return func() {}
 	}
-	p.dc, p.cancel, p.broken = nil, nil, nil
-	return release
+	return func() {
+		stop()
+		dc.Close()
+	}
 }
 
-// Ping sends PING; its answer counts as something received.
+// Ping queues a PING; its answer counts as something received. Without a
+// connection there is nothing to ping: the reader is opening one.
 func (p *conn) Ping(ctx context.Context, _ ...string) error {
-	p.mu.Lock()
-	dc, again, err := p.open()
-	p.mu.Unlock()
-	if err == nil {
-		err = again(ctx)
-	}
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := dc.Do(ctx, dc.B().Ping().Build()).Error(); err != nil {
-		return convErr(err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return redis.ErrClosed
 	}
-	p.push(&redis.Pong{})
+	p.enqueue(outgoing{cmd: p.c.B().Ping().Build(), pong: true})
 	return nil
 }
 
@@ -231,12 +330,10 @@ func (p *conn) Close() error {
 		return redis.ErrClosed
 	}
 	p.closed = true
+	close(p.done)
 	release := p.drop()
 	p.mu.Unlock()
 	release()
-	select {
-	case p.arrived <- struct{}{}:
-	default:
-	}
+	signal(p.arrived)
 	return nil
 }

@@ -1068,9 +1068,39 @@ m "rueidis: no EVAL after NOSCRIPT" dlockrueidis/driver.go \
   'if false && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {' \
   ./dlockrueidis '^(TestNoScriptFallback)$'
 m "rueidis: a new pub/sub connection does not resubscribe" dlockrueidis/pubsub.go \
-  '		if len(chans) > 0 {' \
-  '		if false && len(chans) > 0 {' \
+  '	if len(p.chans) > 0 {' \
+  '	if false && len(p.chans) > 0 {' \
   ./dlockrueidis '^(TestResubscribeWakesWaiters)$'
+# A Subscribe whose ctx has ended fails and changes nothing: the reader
+# alone opens a new connection and subscribes the old channels again.
+m "rueidis: a Subscribe with an ended ctx goes ahead" dlockrueidis/pubsub.go \
+  'if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return redis.ErrClosed
+	}
+	for _, n := range names {' \
+  'p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return redis.ErrClosed
+	}
+	for _, n := range names {' \
+  ./dlockrueidis '^(TestResubscribeSurvivesEndedSubscribe)$'
+# The wait for a connection of rueidis's blocking pool (which the
+# application's BLPOPs share) ends with the reader's ctx or Close.
+m "rueidis: the pub/sub connection waits for the pool unbounded" dlockrueidis/pubsub.go \
+  '	got, abandon := make(chan rueidis.DedicatedClient), make(chan struct{})
+' \
+  '	got, abandon := make(chan rueidis.DedicatedClient), make(chan struct{})
+	if dc, _ := p.c.Dedicate(); dc != nil {
+		return dc, nil
+	}
+' \
+  ./dlockrueidis '^(TestWaiterEndsWhileBlockingPoolIsFull)$'
 m "rueidis: scripts ignore ctx's deadline" dlockrueidis/driver.go \
   'cmd := toCmd(ctx, d.c.Do(ctx, d.c.B().Evalsha()' \
   'cmd := toCmd(ctx, d.c.Do(context.WithoutCancel(ctx), d.c.B().Evalsha()' \
