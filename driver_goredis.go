@@ -9,6 +9,7 @@ package dlock
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/dlock-go/dlock/internal/driver"
 	"github.com/dlock-go/dlock/internal/pubsub"
@@ -55,7 +56,21 @@ func (g *goRedis) Hub(sharded *bool, log *slog.Logger) (string, *pubsub.Hub) {
 func (g *goRedis) Cluster() bool   { return isCluster(g.UniversalClient) }
 func (g *goRedis) Deadlines() bool { return g.deadlines }
 func (g *goRedis) Handle() any     { return g.UniversalClient }
-func (g *goRedis) Shutdown()       { g.Transport.Close() }
+
+// Addr is the address a plain client dials, or a cluster client's seeds;
+// "" for a Sentinel failover client, whose Options().Addr names no server.
+func (g *goRedis) Addr() string {
+	switch rdb := g.UniversalClient.(type) {
+	case *redis.Client:
+		if a := rdb.Options().Addr; a != failoverAddr {
+			return a
+		}
+	case *redis.ClusterClient:
+		return strings.Join(rdb.Options().Addrs, ",")
+	}
+	return ""
+}
+func (g *goRedis) Shutdown() { g.Transport.Close() }
 
 // The methods both embedded values have, resolved.
 

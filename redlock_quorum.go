@@ -184,20 +184,10 @@ func quorumValue(vals []int64, q int) int64 {
 // for the master's address only when it dials.
 const failoverAddr = "FailoverClient"
 
-// serverAddr returns the address of c's server as its go-redis client knows
-// it before dialing, or "" when the client does not know it: a Sentinel
-// failover client (plain or cluster) finds its servers only when it dials.
-func serverAddr(c *Client) string {
-	switch rdb := c.rdb.(type) {
-	case *redis.Client:
-		if a := rdb.Options().Addr; a != failoverAddr {
-			return a
-		}
-	case *redis.ClusterClient:
-		return strings.Join(rdb.Options().Addrs, ",")
-	}
-	return ""
-}
+// serverAddr returns the address of c's servers as its Redis client knows
+// them before dialing, or "" when the client does not know them: a
+// Sentinel failover client finds its servers only when it dials.
+func serverAddr(c *Client) string { return c.drv.Addr() }
 
 // clientAddr names a Client's server in node errors: its address, or for a
 // client that does not know it before dialing (Sentinel), its kind and the
@@ -206,7 +196,7 @@ func clientAddr(c *Client) string {
 	if a := serverAddr(c); a != "" {
 		return a
 	}
-	if rdb, ok := c.rdb.(*redis.Client); ok && rdb.Options().Addr == failoverAddr {
+	if rdb, ok := c.drv.Handle().(*redis.Client); ok && rdb.Options().Addr == failoverAddr {
 		return failoverAddr + " " + c.id
 	}
 	return "client " + c.id

@@ -15,8 +15,17 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/driver"
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
+
+// Scripter returns client as the script runner that dlock's fenced writes
+// take (dlock.FencedSet, dlock.FencedHSet), so that a rueidis user writes
+// fenced data without a go-redis client. Scripts run with EVALSHA and fall
+// back to EVAL on NOSCRIPT, as go-redis's redis.Script does.
+func Scripter(client rueidis.Client) redis.Scripter {
+	return &rdriver{c: client, cluster: client.Mode() == rueidis.ClientModeCluster}
+}
 
 // New returns a dlock Client that talks to Redis through client: a
 // standalone, Sentinel (rueidis.ClientOption.Sentinel) or cluster

@@ -11,6 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/driver"
@@ -103,7 +106,17 @@ func (d *rdriver) Reroute(context.Context, error) {}
 func (d *rdriver) Cluster() bool   { return d.cluster }
 func (d *rdriver) Deadlines() bool { return true }
 func (d *rdriver) Handle() any     { return d.c }
-func (d *rdriver) Shutdown()       {}
+
+// Addr names the nodes rueidis knows (sorted, joined by commas), or "" for
+// a Sentinel client, whose master may change.
+func (d *rdriver) Addr() string {
+	if d.c.Mode() == rueidis.ClientModeSentinel {
+		return ""
+	}
+	addrs := slices.Sorted(maps.Keys(d.c.Nodes()))
+	return strings.Join(addrs, ",")
+}
+func (d *rdriver) Shutdown() {}
 
 // Masters runs fn on the server, or on each master of a cluster,
 // concurrently, as the Driver interface says.
@@ -141,12 +154,43 @@ func (d *rdriver) onMaster(ctx context.Context, addr string, node rueidis.Client
 // Hub opens the pub/sub hub: classic PUBLISH and SUBSCRIBE on one
 // dedicated connection, or on a cluster sharded SPUBLISH and SSUBSCRIBE
 // (one connection per slot) unless WithShardedPubSub(false).
-func (d *rdriver) Hub(sharded *bool, _ *slog.Logger) (string, *pubsub.Hub) {
-	if d.cluster && (sharded == nil || *sharded) {
+func (d *rdriver) Hub(sharded *bool, log *slog.Logger) (string, *pubsub.Hub) {
+	if d.cluster && d.sharded(sharded, log) {
 		return "spublish", pubsub.NewSharded(d.openConn, slotOf, func(context.Context) {})
 	}
 	return "publish", pubsub.New(d.openConn)
 }
+
+// sharded reports whether a cluster's unlock messages use sharded pub/sub:
+// as WithShardedPubSub says, or else what the go-redis driver and
+// Redisson's AUTO mode pick, so that dlock Clients on either library hear
+// each other: sharded if PUBSUB SHARDNUMSUB is answered, classic if Redis
+// refuses it (before Redis 7, or an ACL user without +pubsub); sharded if
+// the cluster cannot be reached.
+func (d *rdriver) sharded(choice *bool, log *slog.Logger) bool {
+	if choice != nil {
+		return *choice
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	err := d.c.Do(ctx, d.c.B().PubsubShardnumsub().Build()).Error()
+	_, refused := rueidis.IsRedisErr(err)
+	switch {
+	case err == nil:
+		return true
+	case refused:
+		log.Info("dlock: PUBSUB SHARDNUMSUB refused; unlock messages use PUBLISH and SUBSCRIBE, as Redisson's AUTO mode does", "error", err)
+		return false
+	}
+	log.Warn("dlock: could not probe the cluster for sharded pub/sub; using SPUBLISH and SSUBSCRIBE (set WithShardedPubSub to choose)", "error", err)
+	return true
+}
+
+// probeTimeout bounds the probe of a cluster's sharded pub/sub.
+const probeTimeout = 5 * time.Second
 
 func (d *rdriver) openConn(context.Context) pubsub.Conn { return newConn(d.c) }
 

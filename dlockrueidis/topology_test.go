@@ -4,6 +4,8 @@ package dlockrueidis_test
 // a go-redis Client on the same deployment.
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -110,4 +112,69 @@ func TestRedLock(t *testing.T) {
 	name := testName(t)
 	exclude(t, must(dlock.NewRedLock(rs, name)), must(dlock.NewRedLock(gs, name)))
 	exclude(t, must(dlock.NewRedLock(gs, name)), must(dlock.NewRedLock(rs, name)))
+}
+
+// TestClusterClassicFallback: on a cluster whose user may not run PUBSUB
+// SHARDNUMSUB, a rueidis Client falls back to classic pub/sub as a go-redis
+// Client does (Redisson's AUTO mode), so that each hears the other's
+// unlock: a rueidis waiter subscribes with SUBSCRIBE and is woken by the
+// go-redis holder's PUBLISH.
+func TestClusterClassicFallback(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	rdb := cl.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := boundedCtx(t, 30*time.Second)
+	err := rdb.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.Do(ctx, "ACL", "SETUSER", "noshard", "on", ">pw", "~*", "&*", "+@all", "-pubsub|shardnumsub").Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newClientOn(t, rueidis.ClientOption{InitAddress: cl.Addrs(), Username: "noshard", Password: "pw"})
+	grdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Username: "noshard", Password: "pw"})
+	t.Cleanup(func() { _ = grdb.Close() })
+	g, err := dlock.New(grdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	name := testName(t)
+	subscribedClassic := func(ctx context.Context) bool {
+		found := false
+		_ = rdb.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			chans, err := n.PubSubChannels(ctx, "*"+name+"*").Result()
+			if err == nil && len(chans) > 0 {
+				found = true
+			}
+			return nil
+		})
+		return found
+	}
+	gm, err := g.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := r.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exclude(t, gm, rm, subscribedClassic)
+}
+
+// TestRedLockSameServerRefused: NewRedLock refuses two rueidis Clients on
+// the same server (each its own rueidis client), as it refuses two
+// go-redis ones: a quorum of one server is no quorum.
+func TestRedLockSameServerRefused(t *testing.T) {
+	servers := redistest.NewServers(t, 3)
+	var cs []*dlock.Client
+	for _, s := range servers {
+		cs = append(cs, newClientOn(t, rueidis.ClientOption{InitAddress: []string{s.Addr()}}))
+	}
+	again := newClientOn(t, rueidis.ClientOption{InitAddress: []string{servers[0].Addr()}})
+	if _, err := dlock.NewRedLock([]*dlock.Client{cs[0], cs[1], again}, testName(t)); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Fatalf("NewRedLock with the same server twice = %v, want ErrInvalidOption", err)
+	}
+	if _, err := dlock.NewRedLock(cs, testName(t)); err != nil {
+		t.Fatalf("NewRedLock on three servers: %v", err)
+	}
 }

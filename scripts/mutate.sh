@@ -1101,6 +1101,17 @@ m "rueidis: the pub/sub connection waits for the pool unbounded" dlockrueidis/pu
 	}
 ' \
   ./dlockrueidis '^(TestWaiterEndsWhileBlockingPoolIsFull)$'
+# A cluster whose user may not run PUBSUB SHARDNUMSUB falls back to
+# classic pub/sub, as the go-redis driver does, so both hear each other.
+m "rueidis: no classic pub/sub fallback on a cluster" dlockrueidis/driver.go \
+  '	if d.cluster && d.sharded(sharded, log) {' \
+  '	if d.cluster && (sharded == nil || *sharded) {' \
+  ./dlockrueidis '^(TestClusterClassicFallback)$'
+# NewRedLock refuses two rueidis Clients on one server, by address.
+m "rueidis: no address for RedLock's distinct-server check" dlockrueidis/driver.go \
+  '	if d.c.Mode() == rueidis.ClientModeSentinel {' \
+  '	if true || d.c.Mode() == rueidis.ClientModeSentinel {' \
+  ./dlockrueidis '^(TestRedLockSameServerRefused)$'
 m "rueidis: scripts ignore ctx's deadline" dlockrueidis/driver.go \
   'cmd := toCmd(ctx, d.c.Do(ctx, d.c.B().Evalsha()' \
   'cmd := toCmd(ctx, d.c.Do(context.WithoutCancel(ctx), d.c.B().Evalsha()' \

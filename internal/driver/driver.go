@@ -87,6 +87,11 @@ type Driver interface {
 	// Handle is the user's Redis client, comparable: two Drivers with the
 	// same Handle talk to the same servers (RedLock refuses them).
 	Handle() any
+	// Addr names the servers as the Redis client knows them before it
+	// dials (a cluster's seeds joined by commas), or is "" when it does
+	// not know them (a Sentinel client): RedLock refuses two Clients with
+	// the same Addr.
+	Addr() string
 	// Shutdown stops what the Driver started (the gate's prober). The
 	// user's Redis client stays open.
 	Shutdown()
