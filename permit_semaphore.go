@@ -94,16 +94,19 @@ const NoPermitLease time.Duration = -1
 
 // foreverLease is how a permit without lease (NoPermitLease) is kept in
 // this process: a lease that no process outlives. The scripts are given
-// the no-expiry score instead (expiryArg).
+// "-1" instead (leaseArg), and write the no-expiry score.
 const foreverLease = 100 * 365 * 24 * time.Hour
 
-// expiryArg is the expiry a permit taken or relet at now (epoch ms) with
-// lease gets in Redis: now+lease, or the no-expiry score.
-func expiryArg(now int64, lease time.Duration) any {
+// leaseArg is the lease argument of the permit scripts (psem_clock.lua):
+// lease in ms, which the script adds to the server's clock, or "-1" for a
+// permit without lease (Redisson's no-expiry score). The expiry is not
+// computed here: on the client's clock, a client whose clock is ahead
+// would reclaim the permits of the others early.
+func leaseArg(lease time.Duration) any {
 	if lease >= foreverLease {
-		return noExpiryScore
+		return "-1"
 	}
-	return now + millis(lease)
+	return millis(lease)
 }
 
 // NewPermitSemaphore returns the permit semaphore called name. It does not
@@ -329,14 +332,14 @@ func (k psemKind) newOwner() (string, error) {
 // bounded by syncPoll (no message comes when a permit expires).
 func (k psemKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	s := k.s
-	now := nowMillis(time.Now())
-	cmd, _ := s.c.drv.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, expiryArg(now, r.lease), r.owner, noExpiryScore)
+	cmd, _ := s.c.drv.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), nowMillis(time.Now()), s.c.publish, leaseArg(r.lease), r.owner, noExpiryScore)
 	return permitReply(cmd.Text())
 }
 
 // permitReply reads the reply of psem_acquire.lua: "OK" when taken ("OK+"
 // when more permits are available), else
-// ":<ms>", the earliest expiry of a held permit, or nil when none expires.
+// ":<ms>", how long until the earliest held permit expires on the server's
+// clock, or nil when none expires.
 func permitReply(res string, err error) (attemptResult, error) {
 	ttl := syncPoll
 	switch {
@@ -347,7 +350,7 @@ func permitReply(res string, err error) (attemptResult, error) {
 		return attemptResult{acquired: true, more: res == "OK+"}, nil
 	case strings.HasPrefix(res, ":"):
 		if ms, err := strconv.ParseInt(res[1:], 10, 64); err == nil {
-			ttl = min(max(time.Until(time.UnixMilli(ms)), time.Millisecond), syncPoll)
+			ttl = min(max(time.Duration(ms)*time.Millisecond, time.Millisecond), syncPoll)
 		}
 	}
 	return attemptResult{ttl: ttl, reason: errNoPermit}, nil
@@ -384,9 +387,8 @@ func (k psemKind) countedWakes() {}
 // held (a 0 to a command sent twice answers the repeat: released).
 func (k psemKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
 	s := k.s
-	now := nowMillis(time.Now())
-	cmd, resent := s.c.drv.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), now, s.c.publish, r.owner,
-		next.owner, expiryArg(now, next.lease), when, ours)
+	cmd, resent := s.c.drv.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), nowMillis(time.Now()), s.c.publish, r.owner,
+		next.owner, leaseArg(next.lease), when, ours)
 	v, err := cmd.Int64Slice()
 	switch {
 	case err != nil:
@@ -552,8 +554,7 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 	defer p.lease.Unlock()
 	d := s.leaseOf(lease)
 	start := time.Now()
-	now := nowMillis(start)
-	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), now, s.c.publish, expiryArg(now, d), p.id).Int64Slice()
+	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), nowMillis(start), s.c.publish, leaseArg(d), p.id).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("dlock: semaphore %q: update lease: %w", s.name, err)
 	}
@@ -607,11 +608,10 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 
 // LeaseTime returns how long the permit with the given id (32 hex
 // digits, as PermitID shows it) has left, as Redisson's getLeaseTime: its
-// expiry, on the clock of the client that set it, minus this process's
-// clock; NoPermitLease for a permit without lease. Expired permits are
-// returned to the pool first, so the error wraps ErrNotHeld both for an
-// expired permit and for one not held, where Java throws
-// IllegalArgumentException.
+// expiry minus the Redis server's clock (Java: minus its own clock);
+// NoPermitLease for a permit without lease. Expired permits are returned
+// to the pool first, so the error wraps ErrNotHeld both for an expired
+// permit and for one not held, where Java throws IllegalArgumentException.
 func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
@@ -620,21 +620,16 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 	if err != nil || len(raw) != 16 {
 		return 0, fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
 	}
-	now := time.Now()
-	score, err := runScript(ctx, s.c, scripts.PsemLeaseTime, s.keys(), nowMillis(now), s.c.publish, string(raw)).Text()
+	ms, err := runScript(ctx, s.c, scripts.PsemLeaseTime, s.keys(), nowMillis(time.Now()), s.c.publish, string(raw)).Int64()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return 0, fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
 	case err != nil:
 		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: %w", s.name, id, err)
-	case score == noExpiryScore:
+	case ms < 0:
 		return NoPermitLease, nil
 	}
-	ms, err := strconv.ParseInt(score, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: score %q is not epoch milliseconds", s.name, id, score)
-	}
-	return time.UnixMilli(ms).Sub(now), nil
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // AvailablePermits returns the number of permits available, after

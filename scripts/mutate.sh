@@ -387,7 +387,7 @@ m "hand-over: own subscription not counted as ours" release.go \
 # A permit waiter is told when the earliest held permit expires and tries
 # again then, not at its 1 s poll: an expiry publishes nothing.
 m "permits: acquire does not tell when the next permit expires" internal/scripts/psem_acquire.lua \
-  "return ':' .. tostring(v[2])" \
+  "return ':' .. tostring(math.max(tonumber(v[2]) - now, 0))" \
   "return nil" \
   . '^(TestPermitSemaphoreFixedLease)$'
 # A release wakes the waiters of other Clients by its message, at once,
@@ -474,11 +474,11 @@ m "permits: a per-call lease is not kept with its lease" permit_semaphore.go \
   'h.kind = psemKind{s: s, lease: s.lease}' \
   . '^(TestPermitSemaphoreLeasePerCall)$'
 # LeaseTime reads Redisson's no-expiry score as a permit without lease.
-m "permits: lease time of a permit without lease read as a date" permit_semaphore.go \
-  '	case score == noExpiryScore:
-		return NoPermitLease, nil' \
-  '	case false:
-		return NoPermitLease, nil' \
+m "permits: lease time of a permit without lease read as a date" internal/scripts/psem_lease_time.lua \
+  "if score == '922337203685477' then
+  return -1
+end" \
+  "" \
   . '^(TestPermitSemaphoreLeaseTime)$'
 # A message "n" on a semaphore's channel wakes n of a Client's permit
 # waiters, not all of them.
@@ -1081,11 +1081,20 @@ m "verify: fenced register without its check" verify/worker.go \
   "if false then" \
   ./verify '^(TestFencedRegister)$'
 
-# The permit semaphore reads the wall clock through the seam the verify/
-# harness jumps (internal/clock).
-m "permit clock ignores the clock seam" synchronizer.go \
-  "t.Add(clock.Offset()).UnixMilli()" \
-  "t.Add(0 * clock.Offset()).UnixMilli()" \
+# The permit semaphore's scripts take the time from the server, not from
+# the client's wall clock, which they get in ARGV[1] (through the seam the
+# verify/ harness jumps, internal/clock): a client whose clock is ahead
+# reclaimed the permits others held.
+m "permit scripts read the client's clock" internal/scripts/psem_clock.lua \
+  "  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)" \
+  "  return tonumber(ARGV[1])" \
+  . '^(TestPermitClockJump)$'
+# A permit's expiry is the server's now plus the lease the client sends,
+# not an expiry the client computed on its clock.
+m "permit lease written on the client's clock" internal/scripts/psem_clock.lua \
+  "  return now + tonumber(lease)" \
+  "  return tonumber(ARGV[1]) + tonumber(lease)" \
   . '^(TestPermitClockJump)$'
 # verify/: the Cluster topology finds the master of the lock's slot.
 m "verify: cluster master is the first server" verify/cluster.go \
