@@ -49,10 +49,12 @@ const noExpiryScore = "922337203685477"
 // back (ReleaseID, Delete) is noticed within a third of the watchdog
 // timeout, as a lock's hold is.
 //
-// Expiry runs on the clocks of the clients, as in Redisson: the script
-// that reclaims a permit compares its expiry with the caller's clock. Keep
-// the clocks of every process that uses the semaphore in sync (NTP): a
-// clock ahead by d reclaims other holders' permits d early.
+// Expiry runs on the Redis server's clock: the scripts write a permit's
+// expiry as the server's TIME plus the lease and reclaim against it, so a
+// client's wall clock, ahead or stepped, cannot reclaim the permits others
+// hold. Redisson's Java client still uses its own clock in its own
+// scripts: with Java clients on the semaphore, keep their clocks in step
+// with the server's (NTP).
 //
 // A PermitSemaphore is safe for concurrent use; its methods fail with
 // ErrClosed once its Client is closed, and Close cancels the permit
@@ -664,8 +666,9 @@ func (s *PermitSemaphore) counts(ctx context.Context) (available, acquired int, 
 type PermitInfo struct {
 	// ID is the permit's id as PermitID shows it.
 	ID string
-	// Expires is when the permit expires, on the clock of the client that
-	// set it; zero for a Redisson permit without lease.
+	// Expires is when the permit expires, on the Redis server's clock (on
+	// the Java client's when Redisson set it); zero for a permit without
+	// lease.
 	Expires time.Time
 }
 
