@@ -360,23 +360,26 @@ func permitReply(res string, err error) (attemptResult, error) {
 
 // release gives back the permit r.owner (the engine's give-back).
 func (k psemKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return k.releaseID(ctx, r.owner, nil)
+	res, _, err := k.releaseID(ctx, r.owner, nil)
+	return res, err
 }
 
 // releaseID gives back the permit id, followed by chk's replica sync when
-// chk is set. A 0 (not held) to a command the Redis client sent twice
+// chk is set; expired reports that the permit had expired (on the
+// server's clock) but was not reclaimed yet: it went back to the pool all
+// the same. A 0 (not held) to a command the Redis client sent twice
 // answers the repeat: the first run released it.
-func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check) (releaseResult, error) {
+func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check) (res releaseResult, expired bool, err error) {
 	s := k.s
 	cmd, resent := s.c.drv.Run(ctx, chk, scripts.PsemRelease.Script, s.keys(), nowMillis(time.Now()), s.c.publish, id)
 	n, err := cmd.Int()
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, false, err
 	case n == 0 && !resent:
-		return notHeld, nil
+		return notHeld, false, nil
 	}
-	return released, nil
+	return released, n == 2, nil
 }
 
 // countedWakes: a message on a semaphore's channel is how many permits
@@ -388,23 +391,30 @@ func (k psemKind) countedWakes() {}
 // (psem_release_to.lua; handoff.go). res is notHeld when r.owner was not
 // held (a 0 to a command sent twice answers the repeat: released).
 func (k psemKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
+	ho, _, err := k.releaseToExpired(ctx, r, next, when, ours)
+	return ho, err
+}
+
+// releaseToExpired is releaseTo that also reports whether the permit
+// given back had expired, not yet reclaimed (see releaseID).
+func (k psemKind) releaseToExpired(ctx context.Context, r, next request, when string, ours int) (_ handoff, expired bool, _ error) {
 	s := k.s
 	cmd, resent := s.c.drv.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), nowMillis(time.Now()), s.c.publish, r.owner,
 		next.owner, leaseArg(next.lease), when, ours)
 	v, err := cmd.Int64Slice()
 	switch {
 	case err != nil:
-		return handoff{}, err
+		return handoff{}, false, err
 	case len(v) != 2:
-		return handoff{}, fmt.Errorf("dlock: semaphore %q: unexpected release reply %v", s.name, v)
+		return handoff{}, false, fmt.Errorf("dlock: semaphore %q: unexpected release reply %v", s.name, v)
 	case v[0] == 2:
-		return handoff{res: released, handed: true}, nil
+		return handoff{res: released, handed: true}, v[1] == 1, nil
 	case v[0] == 1:
-		return handoff{res: released, freed: true}, nil
+		return handoff{res: released, freed: true}, v[1] == 1, nil
 	case resent:
-		return handoff{res: released}, nil
+		return handoff{res: released}, false, nil
 	}
-	return handoff{res: notHeld}, nil
+	return handoff{res: notHeld}, false, nil
 }
 
 // forceRelease is not asked for: a PermitSemaphore has no ForceUnlock
@@ -444,8 +454,10 @@ func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error)
 // published). The error wraps
 // ErrNotHeld when permitCtx carries no permit of this semaphore, when the
 // permit was already released, or when Redis no longer has it (it expired
-// and was reclaimed). A permit that expired but was not reclaimed yet is
-// given back without error: nobody else had it. After an error that is not
+// and was reclaimed). A permit that expired but was not reclaimed yet goes
+// back to the pool, and the error wraps ErrNotHeld all the same, as Java's
+// release throws: its holder ran past its lease, and must know. After an
+// error that is not
 // ErrNotHeld, Release may be called again; it then reports ErrNotHeld if
 // the first call did reach Redis. With WithReplicaSync, a release too few
 // replicas acknowledged in time stands on the master (the permit is
@@ -464,7 +476,7 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	defer s.c.observeRelease(permitCtx, LockInfo{Name: s.name, Kind: KindPermit}, p, &err)
 	// The permit context may be cancelled already (lost permit); the
 	// release still has to reach Redis, which may have the permit yet.
-	res, short, err := s.release(context.WithoutCancel(permitCtx), p.id)
+	res, expired, short, err := s.release(context.WithoutCancel(permitCtx), p.id)
 	switch {
 	case err != nil:
 		p.abortRelease()
@@ -472,6 +484,9 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	case res == notHeld:
 		p.drop(fmt.Errorf("%w: semaphore %q: permit not held at release", ErrLockLost, s.name))
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
+	case expired:
+		p.drop(fmt.Errorf("%w: semaphore %q: the permit had expired at release", ErrLockLost, s.name))
+		return fmt.Errorf("%w: semaphore %q: the permit had expired (it is back in the pool)", ErrNotHeld, s.name)
 	}
 	p.drop(ErrUnlocked)
 	if short != nil {
@@ -484,18 +499,18 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 // engine reads it: a "not held" to a command sent twice is released)
 // behind the reach gate, with WithReplicaSync's check; short is that
 // check's outcome.
-func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseResult, short, err error) {
+func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseResult, expired bool, short, err error) {
 	gate := s.c.drv.Gate()
 	if err := gate.Err(); err != nil {
-		return 0, nil, err
+		return 0, false, nil, err
 	}
 	if s.c.drv.Synced() {
 		chk := new(transport.Check)
-		res, err = psemKind{s: s}.releaseID(ctx, id, chk)
-		return res, chk.Failed(), gate.Saw(err)
+		res, expired, err = psemKind{s: s}.releaseID(ctx, id, chk)
+		return res, expired, chk.Failed(), gate.Saw(err)
 	}
-	res, err = s.handOver(ctx, id)
-	return res, nil, gate.Saw(err)
+	res, expired, err = s.handOver(ctx, id)
+	return res, expired, nil, gate.Saw(err)
 }
 
 // permitHandoffBound is how many times in a row a Client hands a permit
@@ -515,16 +530,16 @@ const permitHandoffBound = 8
 // handoffBound times in a row while another process waits; the next
 // release frees it and publishes. Not with WithReplicaSync: a hand-over
 // would skip the replica sync of the waiter's acquisition.
-func (s *PermitSemaphore) handOver(ctx context.Context, id string) (releaseResult, error) {
+func (s *PermitSemaphore) handOver(ctx context.Context, id string) (_ releaseResult, expired bool, _ error) {
 	k, qk := psemKind{s: s}, s.h.queueKey()
 	next, when := s.c.queues.nextWithin(qk, permitHandoffBound)
 	if next == nil {
 		return k.releaseID(ctx, id, nil)
 	}
 	start := time.Now()
-	ho, err := k.releaseTo(ctx, request{owner: id}, next.req, when, 1) // the waiter subscribed this Client
+	ho, expired, err := k.releaseToExpired(ctx, request{owner: id}, next.req, when, 1) // the waiter subscribed this Client
 	s.c.queues.handedOver(qk, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil, start: start})
-	return ho.res, err
+	return ho.res, expired, err
 }
 
 // UpdateLease sets the lease of the permit permitCtx holds: with lease > 0
@@ -568,6 +583,42 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 	return nil
 }
 
+// UpdateLeaseByID sets the lease of the permit with the given id (32 hex
+// digits, as PermitID and Redisson show it), whoever holds it, as
+// Redisson's updateLeaseTime(id, lease): with lease > 0 (at most MaxLease)
+// it expires lease from now, on the server's clock; with NoPermitLease it
+// never expires. Lease 0 (the watchdog's) is refused: no watchdog keeps a
+// permit by its id alone. The error wraps ErrNotHeld when no such permit is
+// held (expired permits are reclaimed first), where Java returns false.
+//
+// It is meant for permits of other processes (a Java client's, a hung
+// process's). A permit of this Client goes on with its own lease locally:
+// its context still ends when that runs out, and the watchdog's next
+// renewal sets the watchdog lease again; use UpdateLease for those.
+func (s *PermitSemaphore) UpdateLeaseByID(ctx context.Context, id string, lease time.Duration) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	raw, err := hex.DecodeString(id)
+	if err != nil || len(raw) != 16 {
+		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
+	}
+	switch {
+	case lease == NoPermitLease:
+		lease = foreverLease
+	case lease < time.Millisecond || lease > MaxLease:
+		return fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
+	}
+	held, err := runScript(ctx, s.c, scripts.PsemLease, s.keys(), nowMillis(time.Now()), s.c.publish, leaseArg(lease), string(raw)).Int64Slice()
+	switch {
+	case err != nil:
+		return fmt.Errorf("dlock: semaphore %q: update lease of %s: %w", s.name, id, err)
+	case len(held) != 1 || held[0] != 1:
+		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	}
+	return nil
+}
+
 // PermitID returns the id of the permit permitCtx holds, as Redisson shows
 // permit ids: 32 lowercase hex digits. ok is false when permitCtx carries
 // no permit of this semaphore.
@@ -586,7 +637,9 @@ func (s *PermitSemaphore) PermitID(permitCtx context.Context) (id string, ok boo
 // PermitID and Redisson show it), whoever holds it: a permit of a process
 // that hung, or one a Java client took. Its holder finds out at its
 // watchdog's next visit or Release. The error wraps ErrNotHeld when no such permit is
-// held. With WithReplicaSync, as Release.
+// held, and when it had expired (not yet reclaimed: it goes back to the
+// pool all the same, as Java's release(id), which throws). With
+// WithReplicaSync, as Release.
 func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -595,12 +648,14 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err != nil || len(raw) != 16 {
 		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
 	}
-	res, short, err := s.release(context.WithoutCancel(ctx), string(raw))
+	res, expired, short, err := s.release(context.WithoutCancel(ctx), string(raw))
 	switch {
 	case err != nil:
 		return fmt.Errorf("dlock: semaphore %q: release %s: %w", s.name, id, err)
 	case res == notHeld:
 		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	case expired:
+		return fmt.Errorf("%w: semaphore %q: permit %s had expired (it is back in the pool)", ErrNotHeld, s.name, id)
 	}
 	if short != nil {
 		return notReplicated(fmt.Sprintf("semaphore %q: release %s", s.name, id), short)
@@ -637,29 +692,39 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 // AvailablePermits returns the number of permits available, after
 // returning expired ones to the pool: 0 for a semaphore never set.
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
-	available, _, err := s.counts(ctx)
-	return available, err
+	v, err := s.counts(ctx)
+	return v[0], err
 }
 
 // AcquiredPermits returns the number of permits held, after returning
 // expired ones to the pool.
 func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
-	_, acquired, err := s.counts(ctx)
-	return acquired, err
+	v, err := s.counts(ctx)
+	return v[1], err
 }
 
-func (s *PermitSemaphore) counts(ctx context.Context) (available, acquired int, err error) {
+// TotalPermits returns the semaphore's number of permits, those available
+// plus those held, after returning expired ones to the pool (Redisson's
+// getPermits): what SetPermits sets. It is 0 for a semaphore never set or
+// deleted, even while permits are still listed as held, as in Redisson.
+func (s *PermitSemaphore) TotalPermits(ctx context.Context) (int, error) {
+	v, err := s.counts(ctx)
+	return v[2], err
+}
+
+// counts returns {available, acquired, total} (psem_count.lua).
+func (s *PermitSemaphore) counts(ctx context.Context) (v [3]int, err error) {
 	if err := s.check(ctx); err != nil {
-		return 0, 0, err
+		return v, err
 	}
-	v, err := runScript(ctx, s.c, scripts.PsemCount, s.keys(), nowMillis(time.Now()), s.c.publish).Int64Slice()
-	if err == nil && len(v) != 2 {
-		err = fmt.Errorf("unexpected reply %v", v)
+	res, err := runScript(ctx, s.c, scripts.PsemCount, s.keys(), nowMillis(time.Now()), s.c.publish).Int64Slice()
+	if err == nil && len(res) != 3 {
+		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("dlock: semaphore %q: count permits: %w", s.name, err)
+		return v, fmt.Errorf("dlock: semaphore %q: count permits: %w", s.name, err)
 	}
-	return int(v[0]), int(v[1]), nil
+	return [3]int{int(res[0]), int(res[1]), int(res[2])}, nil
 }
 
 // PermitInfo describes one permit held.

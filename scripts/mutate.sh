@@ -492,6 +492,22 @@ m "permits: reclaim frees no expired permit" internal/scripts/psem_reclaim.lua \
   "if #expired > 0 then" \
   "if false then" \
   . '^(TestPermitSemaphoreWatchdog)$'
+# The release of a permit that expired, not yet reclaimed, fails with
+# ErrNotHeld (Java's release throws), though the permit goes back.
+m "permits: release of an expired permit succeeds" permit_semaphore.go \
+  'return released, n == 2, nil' \
+  'return released, false, nil' \
+  . '^(TestPermitSemaphoreReleaseExpired)$'
+# TotalPermits is Redisson's getPermits: available plus held.
+m "permits: total permits leaves out those held" internal/scripts/psem_count.lua \
+  "return {tonumber(value), acquired, tonumber(value) + acquired}" \
+  "return {tonumber(value), acquired, tonumber(value)}" \
+  . '^(TestPermitSemaphoreTotalPermits)$'
+# UpdateLeaseByID sets the lease it is given on the permit of that id.
+m "permits: lease by id only checks the permit" permit_semaphore.go \
+  's.c.publish, leaseArg(lease), string(raw)).Int64Slice()' \
+  's.c.publish, int64(0), string(raw)).Int64Slice()' \
+  . '^(TestPermitSemaphoreUpdateLeaseByID)$'
 # The Client's one watchdog, which renews its locks, renews a live
 # holder's permits before their lease runs out.
 m "permits: watchdog does not renew permits" renew.go \
