@@ -586,6 +586,17 @@ m "cli: run --permits ignores N" cmd/dlock/semaphore.go \
   'set, err := sem.TrySetPermits(ctx, a.permits.n)' \
   'set, err := sem.TrySetPermits(ctx, 1)' \
   ./cmd/dlock '^(TestRunPermitEnvironment)$'
+# --permit-lease D gives the permit a fixed lease D; none, no lease.
+m "cli: run --permit-lease D ignored" cmd/dlock/semaphore.go \
+  '		return d, nil
+	case a.lease.set:' \
+  '		return 0, nil
+	case a.lease.set:' \
+  ./cmd/dlock '^(TestRunPermitLease)$'
+m "cli: run --permit-lease none takes a watchdog lease" cmd/dlock/semaphore.go \
+  'return dlock.NoPermitLease, nil' \
+  'return 0, nil' \
+  ./cmd/dlock '^(TestRunPermitLease)$'
 m "cli: run --permits keeps its permit at exit" cmd/dlock/semaphore.go \
   'error { return p.sem.Release(permitCtx) }' \
   'error { return nil }' \
