@@ -187,3 +187,27 @@ func ExamplePermitSemaphore_UpdateLeaseByID() {
 	// 3 2
 	// true
 }
+
+// TryAcquireN takes several permits at once, or none (Redisson's
+// tryAcquire(n)); ReleaseIDs gives them back together (release(list)).
+func ExamplePermitSemaphore_TryAcquireN() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	gpus, _ := locks.NewPermitSemaphore("example:gpus")
+	defer gpus.Delete(ctx)
+	_, _ = gpus.TrySetPermits(ctx, 4)
+	ids, err := gpus.TryAcquireN(ctx, 3, 10*time.Minute)
+	fmt.Println(len(ids), err)
+	_, err = gpus.TryAcquireN(ctx, 2, 10*time.Minute)
+	fmt.Println(errors.Is(err, dlock.ErrNotObtained))
+	fmt.Println(gpus.ReleaseIDs(ctx, ids))
+	// Output:
+	// 3 <nil>
+	// true
+	// <nil>
+}

@@ -8,6 +8,7 @@ package dlock
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -269,4 +270,156 @@ func TestPermitSemaphoreUpdateLeaseByID(t *testing.T) {
 	if err := s.UpdateLeaseByID(ctx, "xyz", time.Minute); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("UpdateLeaseByID of a bad id: %v", err)
 	}
+}
+
+// Redisson HEAD's tryRelease(list) (all-or-nothing since 3.41.0, see
+// ../shared/reference/redisson.md): KEYS name, channel, timeout zset; ARGV
+// count, now, publish, ids (raw bytes). Any id missing or expired: 0 and
+// nothing changes; else reclaim, give them back, publish their number.
+var javaPsemTryReleaseList = redis.NewScript("for i = 4, #ARGV, 1 do " +
+	"local expire = redis.call('zscore', KEYS[3], ARGV[i]); " +
+	"if expire == false or tonumber(expire) <= tonumber(ARGV[2]) then return 0; end; " +
+	"end; " +
+	"local expiredIds = redis.call('zrangebyscore', KEYS[3], 0, ARGV[2], 'limit', 0, -1); " +
+	"if #expiredIds > 0 then " +
+	"redis.call('zrem', KEYS[3], unpack(expiredIds)); " +
+	"local value = redis.call('incrby', KEYS[1], #expiredIds); " +
+	"if tonumber(value) > 0 then redis.call(ARGV[3], KEYS[2], value); end; " +
+	"end; " +
+	"local keys = {}; " +
+	"for i = 4, #ARGV, 1 do table.insert(keys, ARGV[i]); end; " +
+	"local removed = redis.call('zrem', KEYS[3], unpack(keys)); " +
+	"redis.call('incrby', KEYS[1], removed); " +
+	"redis.call(ARGV[3], KEYS[2], removed); " +
+	"return removed;")
+
+// psemTryAcquireN is Redisson's tryAcquire(n) with a lease: n fresh ids,
+// returned as hex when taken (nil when not).
+func (j javaSync) psemTryAcquireN(ctx context.Context, n int, lease time.Duration) ([]string, error) {
+	now := time.Now().UnixMilli()
+	args := []any{n, strconv.FormatInt(now+lease.Milliseconds(), 10), now, javaNonExpirable, j.publish}
+	var ids []string
+	for range n {
+		raw := make([]byte, 16)
+		if _, err := rand.Read(raw); err != nil {
+			return nil, err
+		}
+		args = append(args, raw)
+		ids = append(ids, hex.EncodeToString(raw))
+	}
+	res, err := javaPsemTryAcquire.Run(ctx, j.rdb, []string{j.name, j.timeoutKey(), j.semChannel()}, args...).Text()
+	if errors.Is(err, redis.Nil) || err == nil && res != "OK" {
+		return nil, nil
+	}
+	return ids, err
+}
+
+// psemTryReleaseList is tryRelease(list): how many were released.
+func (j javaSync) psemTryReleaseList(ctx context.Context, hexIDs []string) (int, error) {
+	args := []any{len(hexIDs), time.Now().UnixMilli(), j.publish}
+	for _, id := range hexIDs {
+		raw, err := hex.DecodeString(id)
+		if err != nil {
+			return 0, err
+		}
+		args = append(args, raw)
+	}
+	return javaPsemTryReleaseList.Run(ctx, j.rdb, []string{j.name, j.semChannel(), j.timeoutKey()}, args...).Int()
+}
+
+// TestPermitSemaphoreManyPermits: TryAcquireN takes n permits or none
+// (Redisson's tryAcquire(n)), ReleaseIDs gives back a list all together
+// or none (release(list), all-or-nothing since 3.41.0) and wakes a Java
+// waiter for several permits with one message; Java's tryRelease(list)
+// gives back Go's ids, and an id not held or expired leaves every permit
+// of the list held, on both sides.
+func TestPermitSemaphoreManyPermits(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	rdb := newRedis(t)
+	name := lockName(t)
+	s := mustPermitSemaphore(t, newClient(t, rdb), name)
+	java := newJavaSync(rdb, name)
+	if ok, err := s.TrySetPermits(ctx, 5); !ok || err != nil {
+		t.Fatalf("TrySetPermits: %v %v", ok, err)
+	}
+	goIDs, err := s.TryAcquireN(ctx, 3, time.Minute)
+	if err != nil || len(goIDs) != 3 {
+		t.Fatalf("TryAcquireN(3): %v %v", goIDs, err)
+	}
+	for _, id := range goIDs {
+		if d, err := s.LeaseTime(ctx, id); err != nil || d <= 50*time.Second || d > time.Minute {
+			t.Fatalf("LeaseTime(%s): %v %v", id, d, err)
+		}
+	}
+	if ids, err := s.TryAcquireN(ctx, 3, NoPermitLease); !errors.Is(err, ErrNotObtained) || ids != nil {
+		t.Fatalf("TryAcquireN(3) with 2 left: %v %v, want ErrNotObtained", ids, err)
+	}
+	wantAvailable(t, s, 2, 3) // all or nothing: none taken
+	javaIDs, err := java.psemTryAcquireN(ctx, 2, time.Minute)
+	if err != nil || len(javaIDs) != 2 {
+		t.Fatalf("Java tryAcquire(2): %v %v", javaIDs, err)
+	}
+
+	// All or nothing: one id of the list not held, then one expired.
+	if err := s.ReleaseIDs(ctx, []string{goIDs[0], "00112233445566778899aabbccddeeff"}); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("ReleaseIDs with an id not held: %v, want ErrNotHeld", err)
+	}
+	wantAvailable(t, s, 0, 5)
+	expirePermit(ctx, t, rdb, s, javaIDs[1])
+	if err := s.ReleaseIDs(ctx, []string{javaIDs[0], javaIDs[1]}); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("ReleaseIDs with an expired id: %v, want ErrNotHeld", err)
+	}
+	if n, err := java.psemTryReleaseList(ctx, []string{goIDs[0], javaIDs[1]}); n != 0 || err != nil {
+		t.Fatalf("Java tryRelease(list) with an expired id: %d %v, want 0", n, err)
+	}
+	wantAvailable(t, s, 1, 4) // the expired one reclaimed, the others held
+
+	// A Java waiter for 3 permits is woken by Go's release of 3.
+	var woke []string
+	jw := startJavaWaiter(t, java, java.semChannel(), func(ctx context.Context) (bool, error) {
+		ids, err := java.psemTryAcquireN(ctx, 3, time.Minute)
+		woke = ids
+		return ids != nil, err
+	})
+	released := time.Now()
+	if err := s.ReleaseIDs(ctx, goIDs); err != nil {
+		t.Fatal(err)
+	}
+	d := jw.wokeWithin(t, released)
+	t.Logf("Java waiter for 3 took them %v after Go's ReleaseIDs (messages %v)", d, jw.messages())
+	if msgs := jw.messages(); len(msgs) != 1 || msgs[0] != "3" {
+		t.Errorf("Java waiter heard %v, want [3] (the number released, as Redisson publishes)", msgs)
+	}
+	// Java gives back a list of Go's ids.
+	goIDs, err = s.TryAcquireN(ctx, 1, NoPermitLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := java.psemTryReleaseList(ctx, append(goIDs, javaIDs[0])); n != 2 || err != nil {
+		t.Fatalf("Java tryRelease(list) of a Go and a Java permit: %d %v, want 2", n, err)
+	}
+	if err := s.ReleaseIDs(ctx, woke); err != nil {
+		t.Fatal(err)
+	}
+	wantAvailable(t, s, 5, 0)
+
+	// Zero and bad input.
+	if ids, err := s.TryAcquireN(ctx, 0, time.Minute); ids != nil || err != nil {
+		t.Fatalf("TryAcquireN(0): %v %v, want nothing and no error", ids, err)
+	}
+	for _, bad := range []struct {
+		n     int
+		lease time.Duration
+	}{{-1, time.Minute}, {1, 0}, {1, -2}, {1, MaxLease + 1}} {
+		if _, err := s.TryAcquireN(ctx, bad.n, bad.lease); !errors.Is(err, ErrInvalidOption) {
+			t.Fatalf("TryAcquireN(%d, %v): %v, want ErrInvalidOption", bad.n, bad.lease, err)
+		}
+	}
+	id := "00112233445566778899aabbccddeeff"
+	for _, bad := range [][]string{nil, {"xyz"}, {id, id}} {
+		if err := s.ReleaseIDs(ctx, bad); !errors.Is(err, ErrInvalidOption) {
+			t.Fatalf("ReleaseIDs(%v): %v, want ErrInvalidOption", bad, err)
+		}
+	}
+	wantAvailable(t, s, 5, 0)
 }

@@ -916,3 +916,114 @@ func (ps *permitSet) close() {
 		p.drop(ErrClosed)
 	}
 }
+
+// TryAcquireN takes n permits at once if n are available now, or none,
+// without waiting, as Redisson's tryAcquire(n, …): the error wraps
+// ErrNotObtained when fewer are available. It returns their ids (32 hex
+// digits, as PermitID shows them), not permit contexts: these permits are
+// not kept by the watchdog, so lease must be a fixed lease (at least 1ms,
+// at most MaxLease) or NoPermitLease; 0, the watchdog lease, is refused.
+// Give them back with ReleaseIDs (all at once) or ReleaseID; relet them
+// with UpdateLeaseByID. n = 0 takes nothing and returns no error (Java
+// does the same); n < 0 is refused. When the reply is lost (the error
+// does not wrap ErrNotObtained), the permits may have been taken: they are
+// given back once, at once, and otherwise expire with their lease.
+func (s *PermitSemaphore) TryAcquireN(ctx context.Context, n int, lease time.Duration) ([]string, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	switch {
+	case n < 0:
+		return nil, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
+	case n == 0:
+		return nil, nil
+	case lease == NoPermitLease:
+		lease = foreverLease
+	case lease < time.Millisecond || lease > MaxLease:
+		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
+	}
+	raw := make([]any, n)
+	for i := range raw {
+		id, err := psemKind{s: s}.newOwner()
+		if err != nil {
+			return nil, err
+		}
+		raw[i] = id
+	}
+	args := append([]any{nowMillis(time.Now()), s.c.publish, leaseArg(lease), n}, raw...)
+	cmd, short := runWrite(ctx, s.c, scripts.PsemAcquireN, s.keys(), args...)
+	res, err := permitReply(cmd.Text())
+	switch {
+	case err != nil:
+		s.giveBackIDs(ctx, raw)
+		return nil, fmt.Errorf("dlock: semaphore %q: acquire %d permits: %w", s.name, n, err)
+	case !res.acquired:
+		return nil, fmt.Errorf("%w: semaphore %q: fewer than %d permits available", ErrNotObtained, s.name, n)
+	case short != nil:
+		s.giveBackIDs(ctx, raw)
+		return nil, notReplicated(fmt.Sprintf("semaphore %q: acquire %d permits", s.name, n), short)
+	}
+	ids := make([]string, n)
+	for i, id := range raw {
+		ids[i] = hex.EncodeToString([]byte(id.(string)))
+	}
+	return ids, nil
+}
+
+// giveBackIDs gives back the permits raw (ids of 16 raw bytes) that an
+// attempt may have taken, once, without waiting for the caller's ctx.
+func (s *PermitSemaphore) giveBackIDs(ctx context.Context, raw []any) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = s.c.drv.Call(ctx, nil, false, scripts.PsemReleaseIDs.Script, s.keys(), append([]any{nowMillis(time.Now()), s.c.publish}, raw...)...).Err()
+}
+
+// ReleaseIDs gives back the permits with the given ids (32 hex digits
+// each) all together, or none, as Redisson's release(list) (all-or-nothing
+// since 3.41.0), and wakes as many waiters: if any of them is not held or
+// has expired, nothing is released and the error wraps ErrNotHeld. An
+// empty list or a repeated id is refused (ErrInvalidOption), as Java
+// refuses an empty list. Holders of these permits in this process find out
+// at their watchdog's next visit or Release. With WithReplicaSync, a
+// release too few replicas acknowledged in time stands on the master and
+// the error wraps ErrNotReplicated.
+func (s *PermitSemaphore) ReleaseIDs(ctx context.Context, ids []string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("%w: semaphore %q: no permit ids to release", ErrInvalidOption, s.name)
+	}
+	args := []any{nowMillis(time.Now()), s.c.publish}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		raw, err := hex.DecodeString(id)
+		if err != nil || len(raw) != 16 {
+			return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
+		}
+		if seen[string(raw)] {
+			return fmt.Errorf("%w: semaphore %q: permit %s is listed twice", ErrInvalidOption, s.name, id)
+		}
+		seen[string(raw)] = true
+		args = append(args, string(raw))
+	}
+	gate := s.c.drv.Gate()
+	if err := gate.Err(); err != nil {
+		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, len(ids), err)
+	}
+	var chk *transport.Check
+	if s.c.drv.Synced() {
+		chk = new(transport.Check)
+	}
+	cmd, resent := s.c.drv.Run(context.WithoutCancel(ctx), chk, scripts.PsemReleaseIDs.Script, s.keys(), args...)
+	n, err := cmd.Int()
+	switch {
+	case gate.Saw(err) != nil:
+		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, len(ids), err)
+	case n == 0 && !resent: // a re-sent command finds them released by the first
+		return fmt.Errorf("%w: semaphore %q: not all of the %d permits are held (one is released, reclaimed or expired); none was released", ErrNotHeld, s.name, len(ids))
+	case chk.Failed() != nil:
+		return notReplicated(fmt.Sprintf("semaphore %q: release %d permits", s.name, len(ids)), chk.Failed())
+	}
+	return nil
+}

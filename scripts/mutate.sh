@@ -508,6 +508,19 @@ m "permits: lease by id only checks the permit" permit_semaphore.go \
   's.c.publish, leaseArg(lease), string(raw)).Int64Slice()' \
   's.c.publish, int64(0), string(raw)).Int64Slice()' \
   . '^(TestPermitSemaphoreUpdateLeaseByID)$'
+# TryAcquireN takes n permits or none (Redisson's tryAcquire(n)).
+m "permits: acquire of n takes them with one available" internal/scripts/psem_acquire_n.lua \
+  "if value ~= false and tonumber(value) >= n then" \
+  "if value ~= false and tonumber(value) >= 1 then" \
+  . '^(TestPermitSemaphoreManyPermits)$'
+# ReleaseIDs gives back a list all together or none (Redisson 3.41.0).
+m "permits: release of a list is not all-or-nothing" internal/scripts/psem_release_ids.lua \
+  "    return 0
+  end
+  ids[#ids + 1] = ARGV[i]" \
+  "  end
+  ids[#ids + 1] = ARGV[i]" \
+  . '^(TestPermitSemaphoreManyPermits)$'
 # The Client's one watchdog, which renews its locks, renews a live
 # holder's permits before their lease runs out.
 m "permits: watchdog does not renew permits" renew.go \

@@ -30,6 +30,10 @@ var (
 	psemAcquire string
 	//go:embed psem_release.lua
 	psemRelease string
+	//go:embed psem_acquire_n.lua
+	psemAcquireN string
+	//go:embed psem_release_ids.lua
+	psemReleaseIDs string
 	//go:embed psem_release_to.lua
 	psemReleaseTo string
 	//go:embed psem_lease.lua
@@ -97,6 +101,11 @@ var (
 	PsemLeaseTime = idempotent(psemClock + psemReclaim + psemLeaseTime)
 	PsemAdd       = once(psemAdd)
 	PsemSet       = idempotent(psemSet)
+	// PsemAcquireN takes n permits or none; PsemReleaseIDs gives back a
+	// list of permits, all or none (Redisson's tryAcquire(n) and
+	// tryRelease(list)).
+	PsemAcquireN   = idempotent(psemClock + psemReclaim + psemAcquireN)
+	PsemReleaseIDs = idempotent(psemClock + psemReclaim + psemReleaseIDs)
 )
 
 // Count-down latch (Redisson RCountDownLatch) scripts.
