@@ -1020,7 +1020,7 @@ func (s *PermitSemaphore) ReleaseIDs(ctx context.Context, ids []string) error {
 	switch {
 	case gate.Saw(err) != nil:
 		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, len(ids), err)
-	case n == 0 && !resent: // a re-sent command finds them released by the first
+	case !resent && n == 0: // a re-sent command finds them released by the first
 		return fmt.Errorf("%w: semaphore %q: not all of the %d permits are held (one is released, reclaimed or expired); none was released", ErrNotHeld, s.name, len(ids))
 	case chk.Failed() != nil:
 		return notReplicated(fmt.Sprintf("semaphore %q: release %d permits", s.name, len(ids)), chk.Failed())
