@@ -423,3 +423,66 @@ func TestPermitSemaphoreManyPermits(t *testing.T) {
 	}
 	wantAvailable(t, s, 5, 0)
 }
+
+// TestPermitSemaphoreAcquireN: AcquireN waits until n permits are free at
+// once, woken by a Java client's release (Redisson's tryRelease publishes
+// the new count), not by its poll; it takes none while fewer are free, and
+// a ctx that ends first fails with ErrNotObtained.
+func TestPermitSemaphoreAcquireN(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	rdb := newRedis(t)
+	name := lockName(t)
+	c := newClient(t, rdb)
+	s := mustPermitSemaphore(t, c, name)
+	java := newJavaSync(rdb, name)
+	if ok, err := s.TrySetPermits(ctx, 3); !ok || err != nil {
+		t.Fatalf("TrySetPermits: %v %v", ok, err)
+	}
+	javaIDs, err := java.psemTryAcquireN(ctx, 2, time.Minute)
+	if err != nil || len(javaIDs) != 2 {
+		t.Fatalf("Java tryAcquire(2): %v %v", javaIDs, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if ids, err := s.AcquireN(short, 2, time.Minute); !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) || ids != nil {
+		t.Fatalf("AcquireN(2) with 1 free until ctx ends: %v %v, want ErrNotObtained and the deadline", ids, err)
+	}
+	wantAvailable(t, s, 1, 2) // none taken while waiting
+
+	type result struct {
+		ids []string
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ids, err := s.AcquireN(ctx, 2, NoPermitLease)
+		got <- result{ids, err}
+	}()
+	waitForSyncWaiters(t, c, s.channel, 1)
+	released := time.Now()
+	if ok, err := java.psemRelease(ctx, javaIDs[0]); !ok || err != nil {
+		t.Fatalf("Java release: %v %v", ok, err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil || len(r.ids) != 2 {
+			t.Fatalf("AcquireN(2): %v %v", r.ids, r.err)
+		}
+		if d := time.Since(released); d >= pushBound {
+			t.Errorf("AcquireN took %v after the Java release: woken by its poll, not by the message", d)
+		}
+		wantAvailable(t, s, 0, 3)
+		if err := s.ReleaseIDs(ctx, append(r.ids, javaIDs[1])); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AcquireN not woken by the Java release")
+	}
+	wantAvailable(t, s, 3, 0)
+	if ids, err := s.AcquireN(ctx, 0, time.Minute); ids != nil || err != nil {
+		t.Fatalf("AcquireN(0): %v %v, want nothing and no error", ids, err)
+	}
+	if _, err := s.AcquireN(ctx, 1, 0); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("AcquireN with the watchdog lease: %v, want ErrInvalidOption", err)
+	}
+}

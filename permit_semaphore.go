@@ -932,42 +932,87 @@ func (s *PermitSemaphore) TryAcquireN(ctx context.Context, n int, lease time.Dur
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
+	lease, err := s.checkN(n, lease)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	ids, _, err := s.tryN(ctx, n, lease)
+	if err == nil && ids == nil {
+		err = fmt.Errorf("%w: semaphore %q: fewer than %d permits available", ErrNotObtained, s.name, n)
+	}
+	return ids, err
+}
+
+// AcquireN is TryAcquireN that waits, as long as ctx allows, until n
+// permits are available at once (Redisson's acquire(n, lease)): it tries
+// again at each message on the semaphore's channel, when the earliest held
+// permit expires, and at least every second. When ctx ends first the
+// error wraps ErrNotObtained and ctx.Err(). Errors of Redis end the wait.
+func (s *PermitSemaphore) AcquireN(ctx context.Context, n int, lease time.Duration) (ids []string, err error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	lease, err = s.checkN(n, lease)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindPermit}, nil, OutcomeAcquired) // nil without observers
+	defer func() { ob.returned(err) }()
+	err = acquire(ctx, newSyncWait(s.c, s.channel, nil, ob, func() (bool, time.Duration, error) {
+		got, wait, err := s.tryN(ctx, n, lease)
+		ids = got
+		return got != nil, wait, err
+	}), false)
+	if errors.Is(err, errGaveUp) || errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil {
+		return nil, fmt.Errorf("%w: semaphore %q: %d permits: %w", ErrNotObtained, s.name, n, ctxErr(ctx))
+	}
+	return ids, err
+}
+
+// checkN checks the count and lease of TryAcquireN and AcquireN, and
+// returns the lease as the scripts take it (foreverLease for none).
+func (s *PermitSemaphore) checkN(n int, lease time.Duration) (time.Duration, error) {
 	switch {
 	case n < 0:
-		return nil, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
-	case n == 0:
-		return nil, nil
+		return 0, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
 	case lease == NoPermitLease:
-		lease = foreverLease
+		return foreverLease, nil
 	case lease < time.Millisecond || lease > MaxLease:
-		return nil, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
+		return 0, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
 	}
+	return lease, nil
+}
+
+// tryN runs psem_acquire_n.lua once, not cut short by ctx: the ids of the
+// n permits taken, or nil and how long until the earliest held permit
+// expires (bounded by syncPoll).
+func (s *PermitSemaphore) tryN(ctx context.Context, n int, lease time.Duration) (ids []string, wait time.Duration, err error) {
 	raw := make([]any, n)
 	for i := range raw {
 		id, err := psemKind{s: s}.newOwner()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		raw[i] = id
 	}
 	args := append([]any{nowMillis(time.Now()), s.c.publish, leaseArg(lease), n}, raw...)
-	cmd, short := runWrite(ctx, s.c, scripts.PsemAcquireN, s.keys(), args...)
+	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.PsemAcquireN, s.keys(), args...)
 	res, err := permitReply(cmd.Text())
 	switch {
 	case err != nil:
 		s.giveBackIDs(ctx, raw)
-		return nil, fmt.Errorf("dlock: semaphore %q: acquire %d permits: %w", s.name, n, err)
+		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire %d permits: %w", s.name, n, err)
 	case !res.acquired:
-		return nil, fmt.Errorf("%w: semaphore %q: fewer than %d permits available", ErrNotObtained, s.name, n)
+		return nil, res.ttl, nil
 	case short != nil:
 		s.giveBackIDs(ctx, raw)
-		return nil, notReplicated(fmt.Sprintf("semaphore %q: acquire %d permits", s.name, n), short)
+		return nil, 0, notReplicated(fmt.Sprintf("semaphore %q: acquire %d permits", s.name, n), short)
 	}
-	ids := make([]string, n)
+	ids = make([]string, n)
 	for i, id := range raw {
 		ids[i] = hex.EncodeToString([]byte(id.(string)))
 	}
-	return ids, nil
+	return ids, 0, nil
 }
 
 // giveBackIDs gives back the permits raw (ids of 16 raw bytes) that an

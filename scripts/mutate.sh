@@ -513,6 +513,11 @@ m "permits: acquire of n takes them with one available" internal/scripts/psem_ac
   "if value ~= false and tonumber(value) >= n then" \
   "if value ~= false and tonumber(value) >= 1 then" \
   . '^(TestPermitSemaphoreManyPermits)$'
+# AcquireN waits on the semaphore's channel: a release wakes it at once.
+m "permits: AcquireN deaf to the channel" permit_semaphore.go \
+  'newSyncWait(s.c, s.channel, nil, ob,' \
+  'newSyncWait(s.c, s.channel+"-deaf", nil, ob,' \
+  . '^(TestPermitSemaphoreAcquireN)$'
 # ReleaseIDs gives back a list all together or none (Redisson 3.41.0).
 m "permits: release of a list is not all-or-nothing" internal/scripts/psem_release_ids.lua \
   "    return 0
