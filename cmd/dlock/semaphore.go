@@ -145,13 +145,18 @@ func inspectSemaphore(ctx context.Context, rdb redis.UniversalClient, name strin
 		zs    *redis.ZSliceCmd
 		clock *redis.TimeCmd
 	)
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// The errors are read per command: TIME may fail alone (a user
+	// without +time), and this machine's clock stands in for the server's.
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		count = p.Get(ctx, name)
 		zs = p.ZRangeWithScores(ctx, layout.Suffixed(name, permitTimeoutSuffix), 0, -1)
 		clock = p.Time(ctx)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err := zs.Err(); err != nil {
+		return st, err
+	}
+	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return st, err
 	}
 	n, perr := strconv.ParseInt(count.Val(), 10, 64)
