@@ -151,3 +151,63 @@ func ExamplePermitSemaphore_LeaseTime() {
 	// true false
 	// false true
 }
+
+// TotalPermits counts the permits available and held (Redisson's
+// getPermits); UpdateLeaseByID relets a permit by its id, whoever holds it
+// (Redisson's updateLeaseTime).
+func ExamplePermitSemaphore_UpdateLeaseByID() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	slots, _ := locks.NewPermitSemaphore("example:exports")
+	defer slots.Delete(ctx)
+	_, _ = slots.TrySetPermits(ctx, 3)
+	p, _ := slots.AcquireWithLease(ctx, time.Minute)
+	total, _ := slots.TotalPermits(ctx)
+	available, _ := slots.AvailablePermits(ctx)
+	fmt.Println(total, available)
+
+	// Another process (an operator's tool, here a second Client) gives
+	// the permit, known by its id, an hour.
+	ops, _ := dlock.New(rdb)
+	defer ops.Close()
+	opsSlots, _ := ops.NewPermitSemaphore("example:exports")
+	id, _ := slots.PermitID(p)
+	if err := opsSlots.UpdateLeaseByID(ctx, id, time.Hour); err != nil {
+		fmt.Println(err)
+	}
+	left, _ := opsSlots.LeaseTime(ctx, id)
+	fmt.Println(left > 59*time.Minute)
+	_ = slots.Release(p)
+	// Output:
+	// 3 2
+	// true
+}
+
+// TryAcquireN takes several permits at once, or none (Redisson's
+// tryAcquire(n)); ReleaseIDs gives them back together (release(list)).
+func ExamplePermitSemaphore_TryAcquireN() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on every wait
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb)
+	defer locks.Close()
+
+	gpus, _ := locks.NewPermitSemaphore("example:gpus")
+	defer gpus.Delete(ctx)
+	_, _ = gpus.TrySetPermits(ctx, 4)
+	ids, err := gpus.TryAcquireN(ctx, 3, 10*time.Minute)
+	fmt.Println(len(ids), err)
+	_, err = gpus.TryAcquireN(ctx, 2, 10*time.Minute)
+	fmt.Println(errors.Is(err, dlock.ErrNotObtained))
+	fmt.Println(gpus.ReleaseIDs(ctx, ids))
+	// Output:
+	// 3 <nil>
+	// true
+	// <nil>
+}

@@ -49,10 +49,12 @@ const noExpiryScore = "922337203685477"
 // back (ReleaseID, Delete) is noticed within a third of the watchdog
 // timeout, as a lock's hold is.
 //
-// Expiry runs on the clocks of the clients, as in Redisson: the script
-// that reclaims a permit compares its expiry with the caller's clock. Keep
-// the clocks of every process that uses the semaphore in sync (NTP): a
-// clock ahead by d reclaims other holders' permits d early.
+// Expiry runs on the Redis server's clock: the scripts write a permit's
+// expiry as the server's TIME plus the lease and reclaim against it, so a
+// client's wall clock, ahead or stepped, cannot reclaim the permits others
+// hold. Redisson's Java client still uses its own clock in its own
+// scripts: with Java clients on the semaphore, keep their clocks in step
+// with the server's (NTP).
 //
 // A PermitSemaphore is safe for concurrent use; its methods fail with
 // ErrClosed once its Client is closed, and Close cancels the permit
@@ -94,16 +96,19 @@ const NoPermitLease time.Duration = -1
 
 // foreverLease is how a permit without lease (NoPermitLease) is kept in
 // this process: a lease that no process outlives. The scripts are given
-// the no-expiry score instead (expiryArg).
+// "-1" instead (leaseArg), and write the no-expiry score.
 const foreverLease = 100 * 365 * 24 * time.Hour
 
-// expiryArg is the expiry a permit taken or relet at now (epoch ms) with
-// lease gets in Redis: now+lease, or the no-expiry score.
-func expiryArg(now int64, lease time.Duration) any {
+// leaseArg is the lease argument of the permit scripts (psem_clock.lua):
+// lease in ms, which the script adds to the server's clock, or "-1" for a
+// permit without lease (Redisson's no-expiry score). The expiry is not
+// computed here: on the client's clock, a client whose clock is ahead
+// would reclaim the permits of the others early.
+func leaseArg(lease time.Duration) any {
 	if lease >= foreverLease {
-		return noExpiryScore
+		return "-1"
 	}
-	return now + millis(lease)
+	return millis(lease)
 }
 
 // NewPermitSemaphore returns the permit semaphore called name. It does not
@@ -329,14 +334,14 @@ func (k psemKind) newOwner() (string, error) {
 // bounded by syncPoll (no message comes when a permit expires).
 func (k psemKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	s := k.s
-	now := nowMillis(time.Now())
-	cmd, _ := s.c.drv.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), now, s.c.publish, expiryArg(now, r.lease), r.owner, noExpiryScore)
+	cmd, _ := s.c.drv.Run(ctx, r.check, scripts.PsemAcquire.Script, s.keys(), nowMillis(time.Now()), s.c.publish, leaseArg(r.lease), r.owner, noExpiryScore)
 	return permitReply(cmd.Text())
 }
 
 // permitReply reads the reply of psem_acquire.lua: "OK" when taken ("OK+"
 // when more permits are available), else
-// ":<ms>", the earliest expiry of a held permit, or nil when none expires.
+// ":<ms>", how long until the earliest held permit expires on the server's
+// clock, or nil when none expires.
 func permitReply(res string, err error) (attemptResult, error) {
 	ttl := syncPoll
 	switch {
@@ -347,7 +352,7 @@ func permitReply(res string, err error) (attemptResult, error) {
 		return attemptResult{acquired: true, more: res == "OK+"}, nil
 	case strings.HasPrefix(res, ":"):
 		if ms, err := strconv.ParseInt(res[1:], 10, 64); err == nil {
-			ttl = min(max(time.Until(time.UnixMilli(ms)), time.Millisecond), syncPoll)
+			ttl = min(max(time.Duration(ms)*time.Millisecond, time.Millisecond), syncPoll)
 		}
 	}
 	return attemptResult{ttl: ttl, reason: errNoPermit}, nil
@@ -355,23 +360,26 @@ func permitReply(res string, err error) (attemptResult, error) {
 
 // release gives back the permit r.owner (the engine's give-back).
 func (k psemKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return k.releaseID(ctx, r.owner, nil)
+	res, _, err := k.releaseID(ctx, r.owner, nil)
+	return res, err
 }
 
 // releaseID gives back the permit id, followed by chk's replica sync when
-// chk is set. A 0 (not held) to a command the Redis client sent twice
+// chk is set; expired reports that the permit had expired (on the
+// server's clock) but was not reclaimed yet: it went back to the pool all
+// the same. A 0 (not held) to a command the Redis client sent twice
 // answers the repeat: the first run released it.
-func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check) (releaseResult, error) {
+func (k psemKind) releaseID(ctx context.Context, id string, chk *transport.Check) (res releaseResult, expired bool, err error) {
 	s := k.s
 	cmd, resent := s.c.drv.Run(ctx, chk, scripts.PsemRelease.Script, s.keys(), nowMillis(time.Now()), s.c.publish, id)
 	n, err := cmd.Int()
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, false, err
 	case n == 0 && !resent:
-		return notHeld, nil
+		return notHeld, false, nil
 	}
-	return released, nil
+	return released, n == 2, nil
 }
 
 // countedWakes: a message on a semaphore's channel is how many permits
@@ -383,24 +391,30 @@ func (k psemKind) countedWakes() {}
 // (psem_release_to.lua; handoff.go). res is notHeld when r.owner was not
 // held (a 0 to a command sent twice answers the repeat: released).
 func (k psemKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
+	ho, _, err := k.releaseToExpired(ctx, r, next, when, ours)
+	return ho, err
+}
+
+// releaseToExpired is releaseTo that also reports whether the permit
+// given back had expired, not yet reclaimed (see releaseID).
+func (k psemKind) releaseToExpired(ctx context.Context, r, next request, when string, ours int) (_ handoff, expired bool, _ error) {
 	s := k.s
-	now := nowMillis(time.Now())
-	cmd, resent := s.c.drv.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), now, s.c.publish, r.owner,
-		next.owner, expiryArg(now, next.lease), when, ours)
+	cmd, resent := s.c.drv.Run(ctx, nil, scripts.PsemReleaseTo.Script, s.keys(), nowMillis(time.Now()), s.c.publish, r.owner,
+		next.owner, leaseArg(next.lease), when, ours)
 	v, err := cmd.Int64Slice()
 	switch {
 	case err != nil:
-		return handoff{}, err
+		return handoff{}, false, err
 	case len(v) != 2:
-		return handoff{}, fmt.Errorf("dlock: semaphore %q: unexpected release reply %v", s.name, v)
+		return handoff{}, false, fmt.Errorf("dlock: semaphore %q: unexpected release reply %v", s.name, v)
 	case v[0] == 2:
-		return handoff{res: released, handed: true}, nil
+		return handoff{res: released, handed: true}, v[1] == 1, nil
 	case v[0] == 1:
-		return handoff{res: released, freed: true}, nil
+		return handoff{res: released, freed: true}, v[1] == 1, nil
 	case resent:
-		return handoff{res: released}, nil
+		return handoff{res: released}, false, nil
 	}
-	return handoff{res: notHeld}, nil
+	return handoff{res: notHeld}, false, nil
 }
 
 // forceRelease is not asked for: a PermitSemaphore has no ForceUnlock
@@ -440,8 +454,10 @@ func (s *PermitSemaphore) permitFrom(permitCtx context.Context) (*permit, error)
 // published). The error wraps
 // ErrNotHeld when permitCtx carries no permit of this semaphore, when the
 // permit was already released, or when Redis no longer has it (it expired
-// and was reclaimed). A permit that expired but was not reclaimed yet is
-// given back without error: nobody else had it. After an error that is not
+// and was reclaimed). A permit that expired but was not reclaimed yet goes
+// back to the pool, and the error wraps ErrNotHeld all the same, as Java's
+// release throws: its holder ran past its lease, and must know. After an
+// error that is not
 // ErrNotHeld, Release may be called again; it then reports ErrNotHeld if
 // the first call did reach Redis. With WithReplicaSync, a release too few
 // replicas acknowledged in time stands on the master (the permit is
@@ -460,7 +476,7 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	defer s.c.observeRelease(permitCtx, LockInfo{Name: s.name, Kind: KindPermit}, p, &err)
 	// The permit context may be cancelled already (lost permit); the
 	// release still has to reach Redis, which may have the permit yet.
-	res, short, err := s.release(context.WithoutCancel(permitCtx), p.id)
+	res, expired, short, err := s.release(context.WithoutCancel(permitCtx), p.id)
 	switch {
 	case err != nil:
 		p.abortRelease()
@@ -468,6 +484,9 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 	case res == notHeld:
 		p.drop(fmt.Errorf("%w: semaphore %q: permit not held at release", ErrLockLost, s.name))
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
+	case expired:
+		p.drop(fmt.Errorf("%w: semaphore %q: the permit had expired at release", ErrLockLost, s.name))
+		return fmt.Errorf("%w: semaphore %q: the permit had expired (it is back in the pool)", ErrNotHeld, s.name)
 	}
 	p.drop(ErrUnlocked)
 	if short != nil {
@@ -480,18 +499,18 @@ func (s *PermitSemaphore) Release(permitCtx context.Context) (err error) {
 // engine reads it: a "not held" to a command sent twice is released)
 // behind the reach gate, with WithReplicaSync's check; short is that
 // check's outcome.
-func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseResult, short, err error) {
+func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseResult, expired bool, short, err error) {
 	gate := s.c.drv.Gate()
 	if err := gate.Err(); err != nil {
-		return 0, nil, err
+		return 0, false, nil, err
 	}
 	if s.c.drv.Synced() {
 		chk := new(transport.Check)
-		res, err = psemKind{s: s}.releaseID(ctx, id, chk)
-		return res, chk.Failed(), gate.Saw(err)
+		res, expired, err = psemKind{s: s}.releaseID(ctx, id, chk)
+		return res, expired, chk.Failed(), gate.Saw(err)
 	}
-	res, err = s.handOver(ctx, id)
-	return res, nil, gate.Saw(err)
+	res, expired, err = s.handOver(ctx, id)
+	return res, expired, nil, gate.Saw(err)
 }
 
 // permitHandoffBound is how many times in a row a Client hands a permit
@@ -511,16 +530,16 @@ const permitHandoffBound = 8
 // handoffBound times in a row while another process waits; the next
 // release frees it and publishes. Not with WithReplicaSync: a hand-over
 // would skip the replica sync of the waiter's acquisition.
-func (s *PermitSemaphore) handOver(ctx context.Context, id string) (releaseResult, error) {
+func (s *PermitSemaphore) handOver(ctx context.Context, id string) (_ releaseResult, expired bool, _ error) {
 	k, qk := psemKind{s: s}, s.h.queueKey()
 	next, when := s.c.queues.nextWithin(qk, permitHandoffBound)
 	if next == nil {
 		return k.releaseID(ctx, id, nil)
 	}
 	start := time.Now()
-	ho, err := k.releaseTo(ctx, request{owner: id}, next.req, when, 1) // the waiter subscribed this Client
+	ho, expired, err := k.releaseToExpired(ctx, request{owner: id}, next.req, when, 1) // the waiter subscribed this Client
 	s.c.queues.handedOver(qk, next, grant{ok: err == nil && ho.handed, freed: err == nil && ho.freed, unknown: err != nil, start: start})
-	return ho.res, err
+	return ho.res, expired, err
 }
 
 // UpdateLease sets the lease of the permit permitCtx holds: with lease > 0
@@ -552,8 +571,7 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 	defer p.lease.Unlock()
 	d := s.leaseOf(lease)
 	start := time.Now()
-	now := nowMillis(start)
-	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), now, s.c.publish, expiryArg(now, d), p.id).Int64Slice()
+	held, err := runScript(context.WithoutCancel(permitCtx), s.c, scripts.PsemLease, s.keys(), nowMillis(start), s.c.publish, leaseArg(d), p.id).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("dlock: semaphore %q: update lease: %w", s.name, err)
 	}
@@ -562,6 +580,42 @@ func (s *PermitSemaphore) UpdateLease(permitCtx context.Context, lease time.Dura
 		return fmt.Errorf("%w: semaphore %q: the permit expired and was reclaimed", ErrNotHeld, s.name)
 	}
 	p.relet(lease == 0, start.Add(d))
+	return nil
+}
+
+// UpdateLeaseByID sets the lease of the permit with the given id (32 hex
+// digits, as PermitID and Redisson show it), whoever holds it, as
+// Redisson's updateLeaseTime(id, lease): with lease > 0 (at most MaxLease)
+// it expires lease from now, on the server's clock; with NoPermitLease it
+// never expires. Lease 0 (the watchdog's) is refused: no watchdog keeps a
+// permit by its id alone. The error wraps ErrNotHeld when no such permit is
+// held (expired permits are reclaimed first), where Java returns false.
+//
+// It is meant for permits of other processes (a Java client's, a hung
+// process's). A permit of this Client goes on with its own lease locally:
+// its context still ends when that runs out, and the watchdog's next
+// renewal sets the watchdog lease again; use UpdateLease for those.
+func (s *PermitSemaphore) UpdateLeaseByID(ctx context.Context, id string, lease time.Duration) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	raw, err := hex.DecodeString(id)
+	if err != nil || len(raw) != 16 {
+		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
+	}
+	switch {
+	case lease == NoPermitLease:
+		lease = foreverLease
+	case lease < time.Millisecond || lease > MaxLease:
+		return fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
+	}
+	held, err := runScript(ctx, s.c, scripts.PsemLease, s.keys(), nowMillis(time.Now()), s.c.publish, leaseArg(lease), string(raw)).Int64Slice()
+	switch {
+	case err != nil:
+		return fmt.Errorf("dlock: semaphore %q: update lease of %s: %w", s.name, id, err)
+	case len(held) != 1 || held[0] != 1:
+		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	}
 	return nil
 }
 
@@ -583,7 +637,9 @@ func (s *PermitSemaphore) PermitID(permitCtx context.Context) (id string, ok boo
 // PermitID and Redisson show it), whoever holds it: a permit of a process
 // that hung, or one a Java client took. Its holder finds out at its
 // watchdog's next visit or Release. The error wraps ErrNotHeld when no such permit is
-// held. With WithReplicaSync, as Release.
+// held, and when it had expired (not yet reclaimed: it goes back to the
+// pool all the same, as Java's release(id), which throws). With
+// WithReplicaSync, as Release.
 func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -592,12 +648,14 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 	if err != nil || len(raw) != 16 {
 		return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
 	}
-	res, short, err := s.release(context.WithoutCancel(ctx), string(raw))
+	res, expired, short, err := s.release(context.WithoutCancel(ctx), string(raw))
 	switch {
 	case err != nil:
 		return fmt.Errorf("dlock: semaphore %q: release %s: %w", s.name, id, err)
 	case res == notHeld:
 		return fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
+	case expired:
+		return fmt.Errorf("%w: semaphore %q: permit %s had expired (it is back in the pool)", ErrNotHeld, s.name, id)
 	}
 	if short != nil {
 		return notReplicated(fmt.Sprintf("semaphore %q: release %s", s.name, id), short)
@@ -607,11 +665,10 @@ func (s *PermitSemaphore) ReleaseID(ctx context.Context, id string) error {
 
 // LeaseTime returns how long the permit with the given id (32 hex
 // digits, as PermitID shows it) has left, as Redisson's getLeaseTime: its
-// expiry, on the clock of the client that set it, minus this process's
-// clock; NoPermitLease for a permit without lease. Expired permits are
-// returned to the pool first, so the error wraps ErrNotHeld both for an
-// expired permit and for one not held, where Java throws
-// IllegalArgumentException.
+// expiry minus the Redis server's clock (Java: minus its own clock);
+// NoPermitLease for a permit without lease. Expired permits are returned
+// to the pool first, so the error wraps ErrNotHeld both for an expired
+// permit and for one not held, where Java throws IllegalArgumentException.
 func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Duration, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
@@ -620,57 +677,63 @@ func (s *PermitSemaphore) LeaseTime(ctx context.Context, id string) (time.Durati
 	if err != nil || len(raw) != 16 {
 		return 0, fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
 	}
-	now := time.Now()
-	score, err := runScript(ctx, s.c, scripts.PsemLeaseTime, s.keys(), nowMillis(now), s.c.publish, string(raw)).Text()
+	ms, err := runScript(ctx, s.c, scripts.PsemLeaseTime, s.keys(), nowMillis(time.Now()), s.c.publish, string(raw)).Int64()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return 0, fmt.Errorf("%w: semaphore %q: no permit %s", ErrNotHeld, s.name, id)
 	case err != nil:
 		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: %w", s.name, id, err)
-	case score == noExpiryScore:
+	case ms < 0:
 		return NoPermitLease, nil
 	}
-	ms, err := strconv.ParseInt(score, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("dlock: semaphore %q: lease time of %s: score %q is not epoch milliseconds", s.name, id, score)
-	}
-	return time.UnixMilli(ms).Sub(now), nil
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // AvailablePermits returns the number of permits available, after
 // returning expired ones to the pool: 0 for a semaphore never set.
 func (s *PermitSemaphore) AvailablePermits(ctx context.Context) (int, error) {
-	available, _, err := s.counts(ctx)
-	return available, err
+	v, err := s.counts(ctx)
+	return v[0], err
 }
 
 // AcquiredPermits returns the number of permits held, after returning
 // expired ones to the pool.
 func (s *PermitSemaphore) AcquiredPermits(ctx context.Context) (int, error) {
-	_, acquired, err := s.counts(ctx)
-	return acquired, err
+	v, err := s.counts(ctx)
+	return v[1], err
 }
 
-func (s *PermitSemaphore) counts(ctx context.Context) (available, acquired int, err error) {
+// TotalPermits returns the semaphore's number of permits, those available
+// plus those held, after returning expired ones to the pool (Redisson's
+// getPermits): what SetPermits sets. It is 0 for a semaphore never set or
+// deleted, even while permits are still listed as held, as in Redisson.
+func (s *PermitSemaphore) TotalPermits(ctx context.Context) (int, error) {
+	v, err := s.counts(ctx)
+	return v[2], err
+}
+
+// counts returns {available, acquired, total} (psem_count.lua).
+func (s *PermitSemaphore) counts(ctx context.Context) (v [3]int, err error) {
 	if err := s.check(ctx); err != nil {
-		return 0, 0, err
+		return v, err
 	}
-	v, err := runScript(ctx, s.c, scripts.PsemCount, s.keys(), nowMillis(time.Now()), s.c.publish).Int64Slice()
-	if err == nil && len(v) != 2 {
-		err = fmt.Errorf("unexpected reply %v", v)
+	res, err := runScript(ctx, s.c, scripts.PsemCount, s.keys(), nowMillis(time.Now()), s.c.publish).Int64Slice()
+	if err == nil && len(res) != 3 {
+		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("dlock: semaphore %q: count permits: %w", s.name, err)
+		return v, fmt.Errorf("dlock: semaphore %q: count permits: %w", s.name, err)
 	}
-	return int(v[0]), int(v[1]), nil
+	return [3]int{int(res[0]), int(res[1]), int(res[2])}, nil
 }
 
 // PermitInfo describes one permit held.
 type PermitInfo struct {
 	// ID is the permit's id as PermitID shows it.
 	ID string
-	// Expires is when the permit expires, on the clock of the client that
-	// set it; zero for a Redisson permit without lease.
+	// Expires is when the permit expires, on the Redis server's clock (on
+	// the Java client's when Redisson set it); zero for a permit without
+	// lease.
 	Expires time.Time
 }
 
@@ -852,4 +915,160 @@ func (ps *permitSet) close() {
 	for _, p := range held {
 		p.drop(ErrClosed)
 	}
+}
+
+// TryAcquireN takes n permits at once if n are available now, or none,
+// without waiting, as Redisson's tryAcquire(n, …): the error wraps
+// ErrNotObtained when fewer are available. It returns their ids (32 hex
+// digits, as PermitID shows them), not permit contexts: these permits are
+// not kept by the watchdog, so lease must be a fixed lease (at least 1ms,
+// at most MaxLease) or NoPermitLease; 0, the watchdog lease, is refused.
+// Give them back with ReleaseIDs (all at once) or ReleaseID; relet them
+// with UpdateLeaseByID. n = 0 takes nothing and returns no error (Java
+// does the same); n < 0 is refused. When the reply is lost (the error
+// does not wrap ErrNotObtained), the permits may have been taken: they are
+// given back once, at once, and otherwise expire with their lease.
+func (s *PermitSemaphore) TryAcquireN(ctx context.Context, n int, lease time.Duration) ([]string, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	lease, err := s.checkN(n, lease)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	ids, _, err := s.tryN(ctx, n, lease)
+	if err == nil && ids == nil {
+		err = fmt.Errorf("%w: semaphore %q: fewer than %d permits available", ErrNotObtained, s.name, n)
+	}
+	return ids, err
+}
+
+// AcquireN is TryAcquireN that waits, as long as ctx allows, until n
+// permits are available at once (Redisson's acquire(n, lease)): it tries
+// again at each message on the semaphore's channel, when the earliest held
+// permit expires, and at least every second. When ctx ends first the
+// error wraps ErrNotObtained and ctx.Err(). Errors of Redis end the wait.
+func (s *PermitSemaphore) AcquireN(ctx context.Context, n int, lease time.Duration) (ids []string, err error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	lease, err = s.checkN(n, lease)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	ob := s.c.observeWait(ctx, LockInfo{Name: s.name, Kind: KindPermit}, nil, OutcomeAcquired) // nil without observers
+	defer func() { ob.returned(err) }()
+	err = acquire(ctx, newSyncWait(s.c, s.channel, nil, ob, func() (bool, time.Duration, error) {
+		got, wait, err := s.tryN(ctx, n, lease)
+		ids = got
+		return got != nil, wait, err
+	}), false)
+	if errors.Is(err, errGaveUp) || errors.Is(err, ErrUnreachable) && ctxErr(ctx) != nil {
+		return nil, fmt.Errorf("%w: semaphore %q: %d permits: %w", ErrNotObtained, s.name, n, ctxErr(ctx))
+	}
+	return ids, err
+}
+
+// checkN checks the count and lease of TryAcquireN and AcquireN, and
+// returns the lease as the scripts take it (foreverLease for none).
+func (s *PermitSemaphore) checkN(n int, lease time.Duration) (time.Duration, error) {
+	switch {
+	case n < 0:
+		return 0, fmt.Errorf("%w: semaphore %q: %d permits: the count must not be negative", ErrInvalidOption, s.name, n)
+	case lease == NoPermitLease:
+		return foreverLease, nil
+	case lease < time.Millisecond || lease > MaxLease:
+		return 0, fmt.Errorf("%w: permit lease %v is outside [1ms, %v] (or NoPermitLease for none)", ErrInvalidOption, lease, MaxLease)
+	}
+	return lease, nil
+}
+
+// tryN runs psem_acquire_n.lua once, not cut short by ctx: the ids of the
+// n permits taken, or nil and how long until the earliest held permit
+// expires (bounded by syncPoll).
+func (s *PermitSemaphore) tryN(ctx context.Context, n int, lease time.Duration) (ids []string, wait time.Duration, err error) {
+	raw := make([]any, n)
+	for i := range raw {
+		id, err := psemKind{s: s}.newOwner()
+		if err != nil {
+			return nil, 0, err
+		}
+		raw[i] = id
+	}
+	args := append([]any{nowMillis(time.Now()), s.c.publish, leaseArg(lease), n}, raw...)
+	cmd, short := runWrite(context.WithoutCancel(ctx), s.c, scripts.PsemAcquireN, s.keys(), args...)
+	res, err := permitReply(cmd.Text())
+	switch {
+	case err != nil:
+		s.giveBackIDs(ctx, raw)
+		return nil, 0, fmt.Errorf("dlock: semaphore %q: acquire %d permits: %w", s.name, n, err)
+	case !res.acquired:
+		return nil, res.ttl, nil
+	case short != nil:
+		s.giveBackIDs(ctx, raw)
+		return nil, 0, notReplicated(fmt.Sprintf("semaphore %q: acquire %d permits", s.name, n), short)
+	}
+	ids = make([]string, n)
+	for i, id := range raw {
+		ids[i] = hex.EncodeToString([]byte(id.(string)))
+	}
+	return ids, 0, nil
+}
+
+// giveBackIDs gives back the permits raw (ids of 16 raw bytes) that an
+// attempt may have taken, once, without waiting for the caller's ctx.
+func (s *PermitSemaphore) giveBackIDs(ctx context.Context, raw []any) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = s.c.drv.Call(ctx, nil, false, scripts.PsemReleaseIDs.Script, s.keys(), append([]any{nowMillis(time.Now()), s.c.publish}, raw...)...).Err()
+}
+
+// ReleaseIDs gives back the permits with the given ids (32 hex digits
+// each) all together, or none, as Redisson's release(list) (all-or-nothing
+// since 3.41.0), and wakes as many waiters: if any of them is not held or
+// has expired, nothing is released and the error wraps ErrNotHeld. An
+// empty list or a repeated id is refused (ErrInvalidOption), as Java
+// refuses an empty list. Holders of these permits in this process find out
+// at their watchdog's next visit or Release. With WithReplicaSync, a
+// release too few replicas acknowledged in time stands on the master and
+// the error wraps ErrNotReplicated.
+func (s *PermitSemaphore) ReleaseIDs(ctx context.Context, ids []string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("%w: semaphore %q: no permit ids to release", ErrInvalidOption, s.name)
+	}
+	args := []any{nowMillis(time.Now()), s.c.publish}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		raw, err := hex.DecodeString(id)
+		if err != nil || len(raw) != 16 {
+			return fmt.Errorf("%w: permit id %q is not 32 hex digits", ErrInvalidOption, id)
+		}
+		if seen[string(raw)] {
+			return fmt.Errorf("%w: semaphore %q: permit %s is listed twice", ErrInvalidOption, s.name, id)
+		}
+		seen[string(raw)] = true
+		args = append(args, string(raw))
+	}
+	gate := s.c.drv.Gate()
+	if err := gate.Err(); err != nil {
+		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, len(ids), err)
+	}
+	var chk *transport.Check
+	if s.c.drv.Synced() {
+		chk = new(transport.Check)
+	}
+	cmd, resent := s.c.drv.Run(context.WithoutCancel(ctx), chk, scripts.PsemReleaseIDs.Script, s.keys(), args...)
+	n, err := cmd.Int()
+	switch {
+	case gate.Saw(err) != nil:
+		return fmt.Errorf("dlock: semaphore %q: release %d permits: %w", s.name, len(ids), err)
+	case !resent && n == 0: // a re-sent command finds them released by the first
+		return fmt.Errorf("%w: semaphore %q: not all of the %d permits are held (one is released, reclaimed or expired); none was released", ErrNotHeld, s.name, len(ids))
+	case chk.Failed() != nil:
+		return notReplicated(fmt.Sprintf("semaphore %q: release %d permits", s.name, len(ids)), chk.Failed())
+	}
+	return nil
 }

@@ -230,9 +230,9 @@ func (c *Client) leasePermits(ctx context.Context, lease time.Duration, permits 
 	s := permits[0].s
 	start := time.Now()
 	now := nowMillis(start)
-	args := []any{now, c.publish, int64(0)} // expiry 0: only check
+	args := []any{now, c.publish, int64(0)} // lease 0: only check
 	if lease > 0 {
-		args[2] = now + lease.Milliseconds()
+		args[2] = leaseArg(lease)
 	}
 	for _, p := range permits {
 		args = append(args, p.id)

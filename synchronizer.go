@@ -193,5 +193,8 @@ func (w *syncWait) end(error) { w.stop(w.used) }
 
 // nowMillis is the local clock in epoch ms, the clock Redisson's permit
 // semaphore passes to its scripts: t's wall-clock reading moved by the
-// test seam internal/clock (0 outside the verify/ harness).
+// test seam internal/clock (0 outside the verify/ harness). dlock's
+// permit scripts get it in ARGV[1] but do not read it: they take the time
+// from the server (psem_clock.lua), so that a client's clock jump changes
+// nothing (TestPermitClockJump, the verify/ row single, clock-jump, sem).
 func nowMillis(t time.Time) int64 { return t.Add(clock.Offset()).UnixMilli() }

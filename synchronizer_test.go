@@ -353,7 +353,7 @@ var syncACL = []any{
 	"&redisson_sc:{app:*", "&redisson_countdownlatch__channel__{app:*",
 	"-@all", "+hello", "+ping", "+evalsha", "+eval", "+subscribe", "+unsubscribe", "+publish",
 	"+get", "+set", "+del", "+exists", "+incrby", "+decrby", "+decr", "+pttl", "+pexpire",
-	"+zadd", "+zrem", "+zscore", "+zrange", "+zrangebyscore", "+zcard",
+	"+zadd", "+zrem", "+zscore", "+zrange", "+zrangebyscore", "+zcard", "+time",
 }
 
 // TestSynchronizersMinimalACL runs every synchronizer, waiting included,

@@ -387,7 +387,7 @@ m "hand-over: own subscription not counted as ours" release.go \
 # A permit waiter is told when the earliest held permit expires and tries
 # again then, not at its 1 s poll: an expiry publishes nothing.
 m "permits: acquire does not tell when the next permit expires" internal/scripts/psem_acquire.lua \
-  "return ':' .. tostring(v[2])" \
+  "return ':' .. tostring(math.max(tonumber(v[2]) - now, 0))" \
   "return nil" \
   . '^(TestPermitSemaphoreFixedLease)$'
 # A release wakes the waiters of other Clients by its message, at once,
@@ -474,11 +474,11 @@ m "permits: a per-call lease is not kept with its lease" permit_semaphore.go \
   'h.kind = psemKind{s: s, lease: s.lease}' \
   . '^(TestPermitSemaphoreLeasePerCall)$'
 # LeaseTime reads Redisson's no-expiry score as a permit without lease.
-m "permits: lease time of a permit without lease read as a date" permit_semaphore.go \
-  '	case score == noExpiryScore:
-		return NoPermitLease, nil' \
-  '	case false:
-		return NoPermitLease, nil' \
+m "permits: lease time of a permit without lease read as a date" internal/scripts/psem_lease_time.lua \
+  "if score == '922337203685477' then
+  return -1
+end" \
+  "" \
   . '^(TestPermitSemaphoreLeaseTime)$'
 # A message "n" on a semaphore's channel wakes n of a Client's permit
 # waiters, not all of them.
@@ -492,6 +492,40 @@ m "permits: reclaim frees no expired permit" internal/scripts/psem_reclaim.lua \
   "if #expired > 0 then" \
   "if false then" \
   . '^(TestPermitSemaphoreWatchdog)$'
+# The release of a permit that expired, not yet reclaimed, fails with
+# ErrNotHeld (Java's release throws), though the permit goes back.
+m "permits: release of an expired permit succeeds" permit_semaphore.go \
+  'return released, n == 2, nil' \
+  'return released, false, nil' \
+  . '^(TestPermitSemaphoreReleaseExpired)$'
+# TotalPermits is Redisson's getPermits: available plus held.
+m "permits: total permits leaves out those held" internal/scripts/psem_count.lua \
+  "return {tonumber(value), acquired, tonumber(value) + acquired}" \
+  "return {tonumber(value), acquired, tonumber(value)}" \
+  . '^(TestPermitSemaphoreTotalPermits)$'
+# UpdateLeaseByID sets the lease it is given on the permit of that id.
+m "permits: lease by id only checks the permit" permit_semaphore.go \
+  's.c.publish, leaseArg(lease), string(raw)).Int64Slice()' \
+  's.c.publish, int64(0), string(raw)).Int64Slice()' \
+  . '^(TestPermitSemaphoreUpdateLeaseByID)$'
+# TryAcquireN takes n permits or none (Redisson's tryAcquire(n)).
+m "permits: acquire of n takes them with one available" internal/scripts/psem_acquire_n.lua \
+  "if value ~= false and tonumber(value) >= n then" \
+  "if value ~= false and tonumber(value) >= 1 then" \
+  . '^(TestPermitSemaphoreManyPermits)$'
+# AcquireN waits on the semaphore's channel: a release wakes it at once.
+m "permits: AcquireN deaf to the channel" permit_semaphore.go \
+  'newSyncWait(s.c, s.channel, nil, ob,' \
+  'newSyncWait(s.c, s.channel+"-deaf", nil, ob,' \
+  . '^(TestPermitSemaphoreAcquireN)$'
+# ReleaseIDs gives back a list all together or none (Redisson 3.41.0).
+m "permits: release of a list is not all-or-nothing" internal/scripts/psem_release_ids.lua \
+  "    return 0
+  end
+  ids[#ids + 1] = ARGV[i]" \
+  "  end
+  ids[#ids + 1] = ARGV[i]" \
+  . '^(TestPermitSemaphoreManyPermits)$'
 # The Client's one watchdog, which renews its locks, renews a live
 # holder's permits before their lease runs out.
 m "permits: watchdog does not renew permits" renew.go \
@@ -570,6 +604,17 @@ m "cli: run --permits ignores N" cmd/dlock/semaphore.go \
   'set, err := sem.TrySetPermits(ctx, a.permits.n)' \
   'set, err := sem.TrySetPermits(ctx, 1)' \
   ./cmd/dlock '^(TestRunPermitEnvironment)$'
+# --permit-lease D gives the permit a fixed lease D; none, no lease.
+m "cli: run --permit-lease D ignored" cmd/dlock/semaphore.go \
+  '		return d, nil
+	case a.lease.set:' \
+  '		return 0, nil
+	case a.lease.set:' \
+  ./cmd/dlock '^(TestRunPermitLease)$'
+m "cli: run --permit-lease none takes a watchdog lease" cmd/dlock/semaphore.go \
+  'return dlock.NoPermitLease, nil' \
+  'return 0, nil' \
+  ./cmd/dlock '^(TestRunPermitLease)$'
 m "cli: run --permits keeps its permit at exit" cmd/dlock/semaphore.go \
   'error { return p.sem.Release(permitCtx) }' \
   'error { return nil }' \
@@ -1122,11 +1167,20 @@ m "verify: fenced register without its check" verify/worker.go \
   "if false then" \
   ./verify '^(TestFencedRegister)$'
 
-# The permit semaphore reads the wall clock through the seam the verify/
-# harness jumps (internal/clock).
-m "permit clock ignores the clock seam" synchronizer.go \
-  "t.Add(clock.Offset()).UnixMilli()" \
-  "t.Add(0 * clock.Offset()).UnixMilli()" \
+# The permit semaphore's scripts take the time from the server, not from
+# the client's wall clock, which they get in ARGV[1] (through the seam the
+# verify/ harness jumps, internal/clock): a client whose clock is ahead
+# reclaimed the permits others held.
+m "permit scripts read the client's clock" internal/scripts/psem_clock.lua \
+  "  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)" \
+  "  return tonumber(ARGV[1])" \
+  . '^(TestPermitClockJump)$'
+# A permit's expiry is the server's now plus the lease the client sends,
+# not an expiry the client computed on its clock.
+m "permit lease written on the client's clock" internal/scripts/psem_clock.lua \
+  "  return now + tonumber(lease)" \
+  "  return tonumber(ARGV[1]) + tonumber(lease)" \
   . '^(TestPermitClockJump)$'
 # verify/: the Cluster topology finds the master of the lock's slot.
 m "verify: cluster master is the first server" verify/cluster.go \

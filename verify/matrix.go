@@ -50,7 +50,8 @@ func Matrix() []Scenario {
 	add(TopoSentinel, false, FaultPartitionMinority, WorkRW, BrokenNone, sentinel)
 	add(TopoSentinel, false, FaultPartitionMinority, WorkSem, BrokenNone, sentinel)
 	// A client's wall clock jumps ahead: of all dlock's primitives only
-	// the permit semaphore reads it (internal/clock).
+	// the permit semaphore reads it (internal/clock), and sends it to
+	// scripts that run on the server's clock since finding 7's fix.
 	add(TopoSingle, false, FaultClockJump, WorkSem, BrokenNone, single)
 	return m
 }

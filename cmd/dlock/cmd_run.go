@@ -38,8 +38,9 @@ permits, so that at most N COMMANDs run at once across every machine that
 uses NAME. A semaphore that does not exist is set to N permits; one that
 does is used as it is (dlock says so when its total is not N). The permit
 has a lease renewed like a lock's, so the permit of a dlock that dies
-comes back within --watchdog; -w, -n, -E, --lease and the loss rules below
-apply to it as to a lock.
+comes back within --watchdog; --permit-lease D fixes it, --permit-lease
+none takes a permit that never expires. -w, -n, -E, --lease and the loss
+rules below apply to it as to a lock.
 
 COMMAND gets dlock's environment plus:
   DLOCK_NAME    the lock name
@@ -91,6 +92,10 @@ var lockFlagsHelp = `  -w, --wait DURATION        give up after DURATION, connec
                              host and pid (default: COMMAND for run, "hold" for hold)
   --permits N                take a permit of the permit semaphore NAME, which has N
                              permits (set to N if it does not exist), not a lock
+  --permit-lease D|none      with --permits: a fixed lease D for the permit, not
+                             renewed (as --lease); none: a permit that never expires
+                             (Redisson's acquire() without lease), given back when
+                             COMMAND exits, kept for good if dlock is killed
   -v                         say on stderr when the lock is taken and released, and
                              show go-redis's own log lines ("dlock: debug: redis:
                              connection pool: failed to dial ...")
@@ -130,6 +135,7 @@ type lockFlags struct {
 	verbose      bool
 	label        optString // the Client's name (WithClientName)
 	permits      optInt    // take a permit of a permit semaphore with this many permits
+	permitLease  optString // --permit-lease: a duration, or "none"
 	conn         *connFlags
 }
 
@@ -154,6 +160,7 @@ func (a *lockFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&a.verbose, "v", false, "")
 	fs.Var(&a.label, "label", "")
 	fs.Var(&a.permits, "permits", "")
+	fs.Var(&a.permitLease, "permit-lease", "")
 }
 
 // check validates the flags once parsed, and reads the endpoints.
@@ -185,8 +192,15 @@ func (a *lockFlags) check(c *cli, cmd string) error {
 		return usageError("%s: --permits takes a permit of a semaphore; %s names a lock", cmd, kindFrom)
 	case a.permits.set && a.fencing:
 		return usageError("%s: --fencing is for locks; a permit has no fencing token", cmd)
+	case a.permitLease.set && !a.permits.set:
+		return usageError("%s: --permit-lease is the lease of a permit; it needs --permits", cmd)
+	case a.permitLease.set && a.lease.set:
+		return usageError("%s: --permit-lease and --lease cannot be combined", cmd)
 	case a.spin && (a.kind != "mutex" || a.permits.set):
 		return usageError("%s: --spin takes a spin lock, which is a mutex; it does not combine with %s", cmd, spinConflict(a, kindFrom))
+	}
+	if _, err := a.permitLeaseOf(); err != nil {
+		return usageError("%s: %v", cmd, err)
 	}
 	if a.nonblock {
 		a.wait = optDuration{set: true}

@@ -20,9 +20,10 @@ import (
 // Permit semaphores (Redisson's RPermitExpirableSemaphore layout, the
 // library's PermitSemaphore): the string NAME holds the permits available,
 // and the sorted set "{NAME}:timeout" maps each permit held, an id of 16
-// random bytes, to its expiry in epoch milliseconds on the clock of the
-// client that took or renewed it. A permit records no owner: who holds it
-// cannot be read from Redis.
+// random bytes, to its expiry in epoch milliseconds: on the Redis
+// server's clock when dlock took or renewed it, on the Java client's when
+// Redisson did. A permit records no owner: who holds it cannot be read
+// from Redis.
 const (
 	permitTimeoutSuffix = "timeout"
 	// noExpiryScore is the score of a Redisson permit without lease.
@@ -61,8 +62,11 @@ func (a *lockFlags) openPermits(ctx context.Context, s *session, stderr io.Write
 		return nil, usageError("--permits: a permit semaphore lives on one Redis deployment; several --redis make a RedLock")
 	}
 	var opts []dlock.PermitOption
-	if a.lease.set {
-		opts = append(opts, dlock.WithPermitLease(a.lease.d))
+	switch lease, err := a.permitLeaseOf(); {
+	case err != nil:
+		return nil, err
+	case lease != 0:
+		opts = append(opts, dlock.WithPermitLease(lease))
 	}
 	sem, err := s.clients[0].NewPermitSemaphore(a.name, opts...)
 	if err != nil {
@@ -85,6 +89,24 @@ func (a *lockFlags) openPermits(ctx context.Context, s *session, stderr io.Write
 	return permitLocker{sem}, nil
 }
 
+// permitLeaseOf is the lease of the permit the flags take: --permit-lease
+// (dlock.NoPermitLease for "none"), else --lease, else 0 (the watchdog's).
+func (a *lockFlags) permitLeaseOf() (time.Duration, error) {
+	switch {
+	case a.permitLease.set && a.permitLease.s == "none":
+		return dlock.NoPermitLease, nil
+	case a.permitLease.set:
+		d, err := parseDuration(a.permitLease.s)
+		if err != nil || d <= 0 {
+			return 0, fmt.Errorf("--permit-lease %q: want a positive duration (30s, 5m) or none", a.permitLease.s)
+		}
+		return d, nil
+	case a.lease.set:
+		return a.lease.d, nil
+	}
+	return 0, nil
+}
+
 // semaphoreState is what Redis holds for a semaphore: status and list show
 // it in lockState.Semaphore.
 type semaphoreState struct {
@@ -103,7 +125,7 @@ type semaphoreState struct {
 type permitState struct {
 	// ID is the permit id as Redisson and dlock show it: 32 hex digits.
 	ID string `json:"id"`
-	// TTL is the lease left in milliseconds on this machine's clock, -1
+	// TTL is the lease left in milliseconds on the Redis server's clock, -1
 	// for a Redisson permit without lease; negative below -1 when it has
 	// expired but was not returned to the pool yet.
 	TTL int64 `json:"ttl_ms"`
@@ -121,13 +143,20 @@ func inspectSemaphore(ctx context.Context, rdb redis.UniversalClient, name strin
 	var (
 		count *redis.StringCmd
 		zs    *redis.ZSliceCmd
+		clock *redis.TimeCmd
 	)
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// The errors are read per command: TIME may fail alone (a user
+	// without +time), and this machine's clock stands in for the server's.
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		count = p.Get(ctx, name)
 		zs = p.ZRangeWithScores(ctx, layout.Suffixed(name, permitTimeoutSuffix), 0, -1)
+		clock = p.Time(ctx)
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err := zs.Err(); err != nil {
+		return st, err
+	}
+	if err := count.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return st, err
 	}
 	n, perr := strconv.ParseInt(count.Val(), 10, 64)
@@ -135,7 +164,12 @@ func inspectSemaphore(ctx context.Context, rdb redis.UniversalClient, name strin
 		return st, fmt.Errorf("%w: %q is a Redis string that is not a permit count", errNotALock, name)
 	}
 	sem := &semaphoreState{Available: n, Permits: []permitState{}}
+	// Leases are read on the server's clock, which dlock's permit scripts
+	// expire them on (this machine's if TIME failed).
 	now := time.Now().UnixMilli()
+	if t, err := clock.Result(); err == nil {
+		now = t.UnixMilli()
+	}
 	for _, z := range zs.Val() {
 		member, _ := z.Member.(string)
 		p := permitState{ID: fmt.Sprintf("%x", member), Holder: unknownPermitHolder}

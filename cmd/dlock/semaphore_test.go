@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,44 @@ func TestRunPermitEnvironment(t *testing.T) {
 	}
 	if exists(t, rdb, layout.Suffixed(name, "timeout")) {
 		t.Error("a permit is still held after the run")
+	}
+}
+
+// TestRunPermitLease: --permit-lease D takes the permit with a fixed lease
+// of D (the expiry is the server's now plus D), --permit-lease none one
+// without lease (Redisson's no-expiry score); either is given back when
+// COMMAND is done. Bad values and combinations are usage errors.
+func TestRunPermitLease(t *testing.T) {
+	name := lockName(t)
+	// Prints the lease left of the one permit held, in ms on the server's
+	// clock, or the no-expiry score.
+	script := `redis-cli -u "$1" eval "local z = redis.call('zrange', KEYS[1], 0, -1, 'WITHSCORES')
+if z[2] == '922337203685477' then return z[2] end
+local t = redis.call('time')
+return tonumber(z[2]) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))" 1 "{$DLOCK_NAME}:timeout"`
+	r := cliRun(t, "run", "--permits", "2", "--permit-lease", "1m", name, "sh", "-c", script, "sh", redisURL)
+	left, err := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
+	if r.code != 0 || err != nil || left <= 50_000 || left > 60_000 {
+		t.Fatalf("--permit-lease 1m: exit %d, lease left %q ms (stderr %q); want (50000, 60000]", r.code, r.stdout, r.stderr)
+	}
+	r = cliRun(t, "run", "--permits", "2", "--permit-lease", "none", name, "sh", "-c", script, "sh", redisURL)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "922337203685477" {
+		t.Fatalf("--permit-lease none: exit %d, score %q (stderr %q); want 922337203685477", r.code, r.stdout, r.stderr)
+	}
+	rdb := newRedis(t)
+	if v := rdb.Get(t.Context(), name).Val(); v != "2" || exists(t, rdb, layout.Suffixed(name, "timeout")) {
+		t.Errorf("after the runs: %q permits available, or a permit still held; want 2, none", v)
+	}
+	for _, args := range [][]string{
+		{"--permit-lease", "1m"},                                    // without --permits
+		{"--permits", "2", "--permit-lease", "0s"},                  // not positive
+		{"--permits", "2", "--permit-lease", "forever"},             // not a duration
+		{"--permits", "2", "--permit-lease", "1m", "--lease", "1m"}, // both
+	} {
+		r := cliRun(t, append(append([]string{"run"}, args...), name, "true")...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--permit-lease") {
+			t.Errorf("run %v: exit %d, stderr %q; want %d naming --permit-lease", args, r.code, r.stderr, exitUsage)
+		}
 	}
 }
 

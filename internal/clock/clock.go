@@ -1,13 +1,14 @@
 // Package clock is dlock's seam on the local wall clock. dlock's locks do
 // not read it for anything that matters (lease deadlines are on Go's
-// monotonic clock, the fair lock's waiter deadlines on the server's TIME);
-// the one place that does is the PermitSemaphore, which sends the client's
-// wall-clock time to Redis as Redisson's RPermitExpirableSemaphore does
-// (permit expiries, and the time against which expired permits are
-// reclaimed). It reads it through Offset, so that the verify/ harness can
-// jump one client's clock without changing the machine's: libfaketime
-// does not reach Go programs, which read the clock through the vDSO.
-// Outside the harness the offset stays 0.
+// monotonic clock, the fair lock's waiter deadlines and the
+// PermitSemaphore's permit expiries on the server's TIME). The
+// PermitSemaphore still sends the client's wall-clock time to its scripts,
+// where Redisson's RPermitExpirableSemaphore sends it, and reads it
+// through Offset, so that the verify/ harness can jump one client's clock
+// without changing the machine's (libfaketime does not reach Go programs,
+// which read the clock through the vDSO) and show that the jump changes
+// nothing: the scripts do not read it. Outside the harness the offset
+// stays 0.
 package clock
 
 import (

@@ -8,8 +8,10 @@
 -- looks as if the waiter had taken the permit with tryAcquire.
 --
 -- KEYS[1] semaphore, KEYS[2] timeout zset, KEYS[3] channel
--- ARGV[1] now (epoch ms), ARGV[2] publish or spublish, ARGV[3] permit id
--- ARGV[4] the waiter's permit id, ARGV[5] its expiry (epoch ms)
+-- ARGV[1] unread, ARGV[2] publish or spublish, ARGV[3] permit id
+-- ARGV[4] the waiter's permit id, ARGV[5] its lease in ms ('-1': none;
+--         psem_clock.lua, whose now, the server's clock, is also what
+--         the permit given back is expired against)
 -- ARGV[6] when to hand over: "always"; "numsub" or "shardnumsub": only if
 --         no more than ARGV[7] connections are subscribed to the channel,
 --         that is when no other process waits; "never"
@@ -34,7 +36,7 @@ if expire == false then
 end
 redis.call('zrem', KEYS[2], ARGV[3])
 local expired = 0
-if tonumber(expire) <= tonumber(ARGV[1]) then
+if tonumber(expire) <= now then
   expired = 1
 end
 local hand = ARGV[6] == 'always'
@@ -44,7 +46,7 @@ if ARGV[6] == 'numsub' or ARGV[6] == 'shardnumsub' then
   hand = type(subs) == 'table' and subs.err == nil and tonumber(subs[2]) <= tonumber(ARGV[7])
 end
 if hand and tonumber(redis.call('get', KEYS[1]) or '0') >= 0 then
-  redis.call('zadd', KEYS[2], ARGV[5], ARGV[4])
+  redis.call('zadd', KEYS[2], expiry(ARGV[5]), ARGV[4])
   local ttl = redis.call('pttl', KEYS[1])
   if ttl > 0 then
     redis.call('pexpire', KEYS[2], ttl)

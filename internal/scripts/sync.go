@@ -22,12 +22,18 @@ var (
 	//go:embed sem_release_if_exists.lua
 	semReleaseIfExists string
 
+	//go:embed psem_clock.lua
+	psemClock string
 	//go:embed psem_reclaim.lua
 	psemReclaim string
 	//go:embed psem_acquire.lua
 	psemAcquire string
 	//go:embed psem_release.lua
 	psemRelease string
+	//go:embed psem_acquire_n.lua
+	psemAcquireN string
+	//go:embed psem_release_ids.lua
+	psemReleaseIDs string
 	//go:embed psem_release_to.lua
 	psemReleaseTo string
 	//go:embed psem_lease.lua
@@ -79,21 +85,27 @@ var (
 )
 
 // Permit semaphore (Redisson RPermitExpirableSemaphore) scripts. They share
-// the KEYS (semaphore, timeout zset, channel) and ARGV[1..2] (now, publish
-// command) of psem_reclaim.lua; those that reclaim expired permits first
-// start with it. All but PsemAdd are idempotent: permits are named by ids
-// the caller makes.
+// the KEYS (semaphore, timeout zset, channel) and ARGV[1..2] (the caller's
+// clock, unread; publish command) of psem_reclaim.lua; those that read the
+// time start with psem_clock.lua (the server's clock), those that reclaim
+// expired permits first go on with psem_reclaim.lua. All but PsemAdd are
+// idempotent: permits are named by ids the caller makes.
 var (
-	PsemAcquire = idempotent(psemReclaim + psemAcquire)
-	PsemRelease = idempotent(psemRelease)
+	PsemAcquire = idempotent(psemClock + psemReclaim + psemAcquire)
+	PsemRelease = idempotent(psemClock + psemRelease)
 	// PsemReleaseTo releases a permit and hands it to a waiter of the
 	// same Client (psem_release_to.lua).
-	PsemReleaseTo = idempotent(psemReleaseTo)
-	PsemLease     = idempotent(psemReclaim + psemLease)
-	PsemCount     = idempotent(psemReclaim + psemCount)
-	PsemLeaseTime = idempotent(psemReclaim + psemLeaseTime)
+	PsemReleaseTo = idempotent(psemClock + psemReleaseTo)
+	PsemLease     = idempotent(psemClock + psemReclaim + psemLease)
+	PsemCount     = idempotent(psemClock + psemReclaim + psemCount)
+	PsemLeaseTime = idempotent(psemClock + psemReclaim + psemLeaseTime)
 	PsemAdd       = once(psemAdd)
 	PsemSet       = idempotent(psemSet)
+	// PsemAcquireN takes n permits or none; PsemReleaseIDs gives back a
+	// list of permits, all or none (Redisson's tryAcquire(n) and
+	// tryRelease(list)).
+	PsemAcquireN   = idempotent(psemClock + psemReclaim + psemAcquireN)
+	PsemReleaseIDs = idempotent(psemClock + psemReclaim + psemReleaseIDs)
 )
 
 // Count-down latch (Redisson RCountDownLatch) scripts.
