@@ -87,8 +87,13 @@ func (h *handle) queueKey() lockKey { return lockKey{h.kind.key(), h.kind.role()
 
 // handsOver reports whether a Lock by req on h can be handed the lock.
 func (h *handle) handsOver(req request) bool {
-	_, ok := h.kind.(handoffer)
-	return ok && req.wait
+	return handsOverKind(h.kind) && req.wait
+}
+
+// handsOverKind reports whether k's releases hand the lock over.
+func handsOverKind(k kind) bool {
+	_, ok := k.(handoffer)
+	return ok
 }
 
 // newPlace returns a place for a Lock by req on h.
@@ -210,6 +215,17 @@ func (qs *handoffQueues) nextWithin(qk lockKey, bound int) (*place, string) {
 		return p, "always"
 	}
 	return p, qs.past
+}
+
+// wakeFirst wakes the first waiter of lock qk's queue to try again at
+// once, if this Client has one: the lock was freed by a release that
+// hands nothing over and publishes nothing (a SpinLock's), so neither a
+// hand-over nor a message would reach the waiters of other kinds that
+// sleep on the same name.
+func (qs *handoffQueues) wakeFirst(qk lockKey) {
+	if p, _ := qs.next(qk); p != nil {
+		qs.handedOver(qk, p, grant{}) // neither handed nor freed: try again
+	}
 }
 
 // pastBound is when a release may hand a lock over past handoffBound: if

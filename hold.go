@@ -237,11 +237,14 @@ func (r *registry) count(k holdKey, n int) int {
 }
 
 // heldByOther reports whether another owner than owner holds lock qk
-// through this Client, and how long that hold's lease has left.
+// through this Client with a kind that hands the lock over, and how long
+// that hold's lease has left. A hold of a kind that does not hand over (a
+// SpinLock's, on a Mutex's name) does not count: a waiter that slept
+// behind it would wait for a hand-over that never comes.
 func (r *registry) heldByOther(qk lockKey, owner string) (time.Duration, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if hd := r.holders[qk]; hd != nil && hd.owner != owner {
+	if hd := r.holders[qk]; hd != nil && hd.owner != owner && handsOverKind(hd.kind) {
 		return time.Until(hd.until), true
 	}
 	return 0, false

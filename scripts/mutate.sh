@@ -70,9 +70,15 @@ m "spin: waiter sleeps to the lease, not its backoff" wait.go \
   . '^(TestSpinLockNoPubSub|TestSpinLockRedissonInterop)$'
 # The backoff is capped (Redisson's maxDelay).
 m "spin: backoff not capped" spin.go \
-  'b.next = min(2*b.next+time.Duration(rand.IntN(b.fails+1))*time.Millisecond, b.most)' \
-  'b.next = 2*b.next + time.Duration(rand.IntN(b.fails+1))*time.Millisecond' \
+  'b.next = min(2*b.next+time.Duration(rand.IntN(b.fails))*time.Millisecond, b.most)' \
+  'b.next = 2*b.next + time.Duration(rand.IntN(b.fails))*time.Millisecond' \
   . '^(TestSpinBackoff)$'
+# A spin lock's unlock publishes nothing, so it wakes this Client's own
+# waiters of other kinds on the name (a Mutex's) to try again.
+m "spin: release wakes no waiter of this Client" release.go \
+  'h.c.queues.wakeFirst(h.queueKey())' \
+  '_ = h.queueKey()' \
+  . '^(TestSpinUnlockWakesMutexWaiterHere)$'
 # A spin lock's unlock publishes nothing (Redisson's RSpinLock).
 m "spin: release publishes" internal/scripts/spin_release.lua \
   "end
