@@ -184,6 +184,17 @@ m "SQL fence check takes an equal token from another holder" fence.go \
   'OR (f.token = EXCLUDED.token AND f.holder = EXCLUDED.holder)"' \
   'OR f.token = EXCLUDED.token"' \
   ./fencetest '^(TestCheckTokenEqualToken)$'
+# Create takes no lock on a table that has the holder column (ALTER TABLE
+# would wait for open Check transactions, and new Checks behind it), and
+# waits for the lock at most its lock_timeout where it must add it.
+m "SQL fence Create alters a table that has the holder column" fence.go \
+  'IF NOT EXISTS (SELECT 1 FROM pg_attribute' \
+  'IF true OR NOT EXISTS (SELECT 1 FROM pg_attribute' \
+  ./fencetest '^(TestCreateWhileCheckOpen)$'
+m "SQL fence Create waits for the table lock unbounded" fence.go \
+  'const fenceAlterLockTimeout = "2s"' \
+  'const fenceAlterLockTimeout = "0"' \
+  ./fencetest '^(TestCreateAddsHolderBounded)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else
