@@ -87,13 +87,8 @@ func (h *handle) queueKey() lockKey { return lockKey{h.kind.key(), h.kind.role()
 
 // handsOver reports whether a Lock by req on h can be handed the lock.
 func (h *handle) handsOver(req request) bool {
-	return handsOverKind(h.kind) && req.wait
-}
-
-// handsOverKind reports whether k's releases hand the lock over.
-func handsOverKind(k kind) bool {
-	_, ok := k.(handoffer)
-	return ok
+	_, ok := h.kind.(handoffer)
+	return ok && req.wait
 }
 
 // newPlace returns a place for a Lock by req on h.
@@ -106,6 +101,7 @@ const (
 	notHere    = iota
 	heldHere   // another owner of the Client holds it
 	waitedHere // Locks of the Client wait for it, subscribed
+	heldSilent // another owner of the Client holds it, and its release publishes nothing
 )
 
 // busyHere tells whether this Client is busy with h's lock already, for a
@@ -116,11 +112,17 @@ const (
 // the first sleep. A holder found is there at the first moment; waiters
 // found are queued and subscribed at the second, ahead of this Lock, and a
 // release reaches it through them whether or not a holder came meanwhile.
+// A holder of a kind whose release publishes nothing (a SpinLock's, on a
+// Mutex's name) is heldSilent: a Lock that slept behind it would wait for
+// a message or a hand-over that never comes, so it asks Redis instead.
 func (h *handle) busyHere(owner string) (time.Duration, int) {
 	if h.c.holds.held(h.holdKey(owner)) != nil {
 		return 0, notHere // a re-entry: only Redis can confirm the hold
 	}
-	if d, ok := h.c.holds.heldByOther(h.queueKey(), owner); ok {
+	if d, silent, ok := h.c.holds.heldByOther(h.queueKey(), owner); ok {
+		if silent {
+			return 0, heldSilent
+		}
 		return d, heldHere
 	}
 	if h.c.queues.waited(h.queueKey()) {
