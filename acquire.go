@@ -296,7 +296,7 @@ func (h *handle) gaveUp(ctx context.Context, req request, last error) error {
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 		err = fmt.Errorf("%w: %w", err, cause) // an ended lock context: ErrUnlocked, ErrLockLost
 	}
-	if _, how := h.busyHere(req.owner); how == heldHere {
+	if _, how := h.busyHere(req.owner); how == heldHere || how == heldSilent {
 		last = errHeldHere
 	}
 	if last != nil {

@@ -287,8 +287,9 @@ func BenchmarkDeadlockRecordCost(b *testing.B) {
 	}
 }
 
-// TestDeadlockCluster: on a Redis Cluster the wait records of every
-// master are read, and the cycle is broken.
+// TestDeadlockCluster: on a Redis Cluster the detector reads the wait
+// records (the index and every Client's record share the {waits} hash
+// tag, so one slot on one master) and breaks the cycle.
 func TestDeadlockCluster(t *testing.T) {
 	cl := sharedCluster(t)
 	const every = 100 * time.Millisecond

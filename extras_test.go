@@ -75,7 +75,7 @@ func TestPing(t *testing.T) {
 func TestWaitOnOwnHoldSaysSo(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, nil)
-	for _, l := range []Locker{mustMutex(t, c, lockName(t)), mustFair(t, c, lockName(t)+":fair")} {
+	for _, l := range []Locker{mustMutex(t, c, lockName(t)), mustFair(t, c, lockName(t)+":fair"), mustSpinLock(t, c, lockName(t)+":spin")} {
 		held := mustLock(t, ctx, l)
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		_, err := l.Lock(dctx)

@@ -53,6 +53,11 @@ type Fence struct {
 // that the common call is one line:
 //
 //	err := dlock.FencedSet(ctx, rdb, dlock.FenceOf(lockCtx), key, value, 0)
+//
+// Take every lock that guards a resource WithFencing: the lock context
+// of an unfenced lock B taken inside a fenced lock A's carries A's Fence,
+// which FenceOf returns for B too: a write checked with it is fenced by
+// A's token, not B's.
 func FenceOf(ctx context.Context) Fence {
 	f, _ := ctx.Value(fenceKey{}).(Fence)
 	return f
@@ -67,6 +72,10 @@ const fenceSuffix = "dlock_fence"
 // "<key>:dlock_fence", or "{key}:dlock_fence" when key has no hash tag, so
 // that both are in the same cluster slot. Delete it with the value only
 // when no holder of an older token can still write.
+//
+// The value was the token alone before the holder was added: upgrade
+// every fenced writer of a key together, since an older dlock's fenced
+// write fails with a script error once a newer one has written the key.
 func FenceKey(key string) string { return layout.Suffixed(key, fenceSuffix) }
 
 // FencedSet sets key to value (SET, expiring after ttl when ttl > 0)
@@ -83,7 +92,9 @@ func FenceKey(key string) string { return layout.Suffixed(key, fenceSuffix) }
 // fenced writes for every write to key, or an unfenced one can overwrite
 // a fenced one. A token must be positive and at most 2^53 (the check
 // runs in Lua, whose numbers are doubles), and the holder not empty;
-// others are refused with ErrInvalidOption.
+// others are refused with ErrInvalidOption. Writers of older dlock
+// versions keep the token alone in the fence key: upgrade them all
+// together (see FenceKey).
 //
 // The fence key is never evicted by dlock, but Redis evicts keys without
 // a lifetime under the allkeys-* maxmemory policies, and an evicted fence
@@ -206,20 +217,54 @@ type SQLExecer interface {
 
 // Create creates the fence table if it does not exist, and adds the
 // holder column if the table lacks it (made by an earlier dlock).
+//
+// On a table that has the column already, Create takes no lock on it, so
+// it can run at every start of a program while other programs' Check
+// transactions are open. Adding the column takes the table's ACCESS
+// EXCLUSIVE lock (and needs its ownership): Create waits for it at most
+// fenceAlterLockTimeout (2 s, PostgreSQL's lock_timeout for that
+// statement only), so that Checks on the table queue behind it no longer
+// than that, and fails with PostgreSQL's lock timeout error when open
+// transactions use the table for longer; run it again when they are done.
 func (f SQLFence) Create(ctx context.Context, db SQLExecer) error {
 	table, err := f.table()
 	if err != nil {
 		return err
 	}
-	for _, q := range []string{
-		"CREATE TABLE IF NOT EXISTS " + table + " (resource text PRIMARY KEY, token bigint NOT NULL, holder text NOT NULL DEFAULT '')",
-		"ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT ''",
-	} {
-		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("dlock: creating the fence table %s: %w", table, err)
-		}
+	create := "CREATE TABLE IF NOT EXISTS " + table + " (resource text PRIMARY KEY, token bigint NOT NULL, holder text NOT NULL DEFAULT '')"
+	if _, err := db.ExecContext(ctx, create); err != nil {
+		return fmt.Errorf("dlock: creating the fence table %s: %w", table, err)
+	}
+	if _, err := db.ExecContext(ctx, addHolderColumn(table)); err != nil {
+		return fmt.Errorf("dlock: adding the holder column to the fence table %s: %w", table, err)
 	}
 	return nil
+}
+
+// fenceAlterLockTimeout bounds Create's wait for the lock that adding the
+// holder column takes.
+const fenceAlterLockTimeout = "2s"
+
+// addHolderColumn is the statement that adds the holder column to table
+// when it lacks it, and otherwise does nothing. It looks in the catalog
+// first because ALTER TABLE ... ADD COLUMN IF NOT EXISTS takes ACCESS
+// EXCLUSIVE before it looks at IF NOT EXISTS: it would wait for every open
+// transaction that ran a Check, and every new Check would wait behind it.
+// The lock_timeout it sets is given back before the block ends, so a
+// caller's transaction keeps its own. table is a checked identifier
+// (SQLFence.table), safe to put in the text.
+func addHolderColumn(table string) string {
+	return `DO $dlock$
+DECLARE
+  previous text := current_setting('lock_timeout');
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('` + table + `') AND attname = 'holder' AND NOT attisdropped) THEN
+    PERFORM set_config('lock_timeout', '` + fenceAlterLockTimeout + `', true);
+    ALTER TABLE ` + table + ` ADD COLUMN IF NOT EXISTS holder text NOT NULL DEFAULT '';
+    PERFORM set_config('lock_timeout', previous, true);
+  END IF;
+END
+$dlock$`
 }
 
 // Check records f's token and holder as the newest for resource, inside

@@ -101,6 +101,7 @@ const (
 	notHere    = iota
 	heldHere   // another owner of the Client holds it
 	waitedHere // Locks of the Client wait for it, subscribed
+	heldSilent // another owner of the Client holds it, and its release publishes nothing
 )
 
 // busyHere tells whether this Client is busy with h's lock already, for a
@@ -111,11 +112,17 @@ const (
 // the first sleep. A holder found is there at the first moment; waiters
 // found are queued and subscribed at the second, ahead of this Lock, and a
 // release reaches it through them whether or not a holder came meanwhile.
+// A holder of a kind whose release publishes nothing (a SpinLock's, on a
+// Mutex's name) is heldSilent: a Lock that slept behind it would wait for
+// a message or a hand-over that never comes, so it asks Redis instead.
 func (h *handle) busyHere(owner string) (time.Duration, int) {
 	if h.c.holds.held(h.holdKey(owner)) != nil {
 		return 0, notHere // a re-entry: only Redis can confirm the hold
 	}
-	if d, ok := h.c.holds.heldByOther(h.queueKey(), owner); ok {
+	if d, silent, ok := h.c.holds.heldByOther(h.queueKey(), owner); ok {
+		if silent {
+			return 0, heldSilent
+		}
 		return d, heldHere
 	}
 	if h.c.queues.waited(h.queueKey()) {
@@ -210,6 +217,17 @@ func (qs *handoffQueues) nextWithin(qk lockKey, bound int) (*place, string) {
 		return p, "always"
 	}
 	return p, qs.past
+}
+
+// wakeFirst wakes the first waiter of lock qk's queue to try again at
+// once, if this Client has one: the lock was freed by a release that
+// hands nothing over and publishes nothing (a SpinLock's), so neither a
+// hand-over nor a message would reach the waiters of other kinds that
+// sleep on the same name.
+func (qs *handoffQueues) wakeFirst(qk lockKey) {
+	if p, _ := qs.next(qk); p != nil {
+		qs.handedOver(qk, p, grant{}) // neither handed nor freed: try again
+	}
 }
 
 // pastBound is when a release may hand a lock over past handoffBound: if

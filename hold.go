@@ -237,14 +237,15 @@ func (r *registry) count(k holdKey, n int) int {
 }
 
 // heldByOther reports whether another owner than owner holds lock qk
-// through this Client, and how long that hold's lease has left.
-func (r *registry) heldByOther(qk lockKey, owner string) (time.Duration, bool) {
+// through this Client, how long that hold's lease has left, and whether
+// its kind's release is silent: publishes nothing (a SpinLock's).
+func (r *registry) heldByOther(qk lockKey, owner string) (left time.Duration, silent, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if hd := r.holders[qk]; hd != nil && hd.owner != owner {
-		return time.Until(hd.until), true
+		return time.Until(hd.until), hd.kind.channel(hd.owner) == "", true
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // registered reports whether hd is still the Client's record of its hold.

@@ -184,7 +184,10 @@ func (h *handle) sendUntil(ctx context.Context, until time.Time, first error, se
 
 // sendRelease sends one release of hd's owner's hold and returns nil, an
 // error wrapping ErrNotHeld, or the Redis error. The first try hands the
-// lock over to a waiter of this Client when the kind can (handoff.go).
+// lock over to a waiter of this Client when the kind can (handoff.go). A
+// release that frees the lock without a message (a SpinLock's) wakes the
+// first waiter of this Client on the lock (a Mutex's, on the same name)
+// to try again, since no message will.
 func (h *handle) sendRelease(ctx context.Context, hd *hold, first bool) error {
 	req := request{owner: hd.owner, lease: hd.lease}
 	var res releaseResult
@@ -202,6 +205,9 @@ func (h *handle) sendRelease(ctx context.Context, hd *hold, first bool) error {
 		if err = gate.Err(); err == nil {
 			res, err = h.kind.release(ctx, req)
 			gate.Saw(err)
+		}
+		if err == nil && res == released && !ok && h.kind.channel(hd.owner) == "" {
+			h.c.queues.wakeFirst(h.queueKey())
 		}
 	} else {
 		start := time.Now()

@@ -94,8 +94,12 @@ func trySetPermits(ctx context.Context, c *Client, name, channel string, n int) 
 // AddPermits adds delta permits to the available ones (a negative delta
 // removes them; the count may go below zero, and Acquire then waits until
 // enough are released), creating the semaphore if needed, and wakes
-// waiters. A delta of 0 does nothing. As in Redisson, the semaphore loses
-// any TTL its key had. With WithReplicaSync, permits added that too few
+// waiters. The semaphore loses any TTL its key had, as in Redisson. A
+// delta of 0 does nothing: no command is sent, a missing semaphore is not
+// created and a TTL stays. That differs from Redisson, whose
+// addPermits(0) sets the key to its count plus 0 and publishes (creating
+// a missing semaphore with 0 permits and dropping any TTL). With
+// WithReplicaSync, permits added that too few
 // replicas acknowledged in time stay added, and the error wraps
 // ErrNotReplicated.
 func (s *Semaphore) AddPermits(ctx context.Context, delta int) error {

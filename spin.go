@@ -27,8 +27,11 @@ import (
 // Lock tries again after a backoff that starts at 1 ms and doubles, with
 // jitter, up to 128 ms (Redisson's default ExponentialBackOff; see
 // WithBackoff), and never sleeps past the holder's lease. Unlock frees the
-// lock without a message, as Redisson's spin lock does: Java RLock
-// waiters on the same name find it at the end of their wait (the lease).
+// lock without a message, as Redisson's spin lock does, so waiters of
+// other kinds on the same name are not woken by it: Go Mutex and
+// FairMutex waiters of other Clients, and Java RLock waiters, find the
+// lock free only at the end of their sleep (the lease). A Mutex waiter of
+// the same Client is the exception: the Unlock wakes it to try again.
 //
 // Use it where subscriptions are the problem: very many locks or waiters
 // on a Redis Cluster, or a proxy that does not pass pub/sub. Waiters cost
@@ -71,7 +74,7 @@ func (c *Client) NewSpinLock(name string, opts ...LockOption) (*SpinLock, error)
 
 // WithBackoff sets how a SpinLock's waiters back off between attempts:
 // the first sleep is initial, and each next one doubles the previous and
-// adds a jitter of up to as many milliseconds as attempts have failed, up
+// adds a jitter of less than as many milliseconds as attempts have failed, up
 // to most (Redisson's ExponentialBackOff with multiplier 2). initial ==
 // most is a constant backoff (Redisson's ConstantBackOff). initial must be
 // at least 1 ms, most at least initial and at most a minute. The default
@@ -102,8 +105,8 @@ type spinner interface {
 
 // backoff is one waiter's exponential backoff (Redisson's
 // ExponentialBackOffPolicy): the first step is initial; each next one is
-// the previous doubled plus a jitter of 0 to fails milliseconds, at most
-// most.
+// the previous doubled plus a jitter of 0 to fails-1 milliseconds (Java's
+// nextInt(++fails)), at most most.
 type backoff struct {
 	next, most time.Duration
 	fails      int
@@ -113,7 +116,7 @@ type backoff struct {
 func (b *backoff) step() time.Duration {
 	d := b.next
 	b.fails++
-	b.next = min(2*b.next+time.Duration(rand.IntN(b.fails+1))*time.Millisecond, b.most)
+	b.next = min(2*b.next+time.Duration(rand.IntN(b.fails))*time.Millisecond, b.most)
 	return d
 }
 

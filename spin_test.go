@@ -40,8 +40,9 @@ func mustSpinLock(t testing.TB, c *Client, name string, opts ...LockOption) *Spi
 }
 
 // TestSpinBackoff: Redisson's exponential backoff: 1 ms, then each step
-// the previous doubled plus a jitter of at most the failures so far in
-// milliseconds, capped at 128 ms; a constant backoff stays put.
+// the previous doubled plus a jitter of less than the failures so far in
+// milliseconds (Java's nextInt(++fails)), capped at 128 ms; a constant
+// backoff stays put.
 func TestSpinBackoff(t *testing.T) {
 	k := &spinKind{initial: DefaultSpinInitial, most: DefaultSpinMax}
 	for range 20 {
@@ -53,7 +54,7 @@ func TestSpinBackoff(t *testing.T) {
 		reached := false
 		for i := 2; i <= 12; i++ {
 			d := b.step()
-			hi := min(2*prev+time.Duration(i-1)*time.Millisecond, DefaultSpinMax)
+			hi := min(2*prev+time.Duration(i-2)*time.Millisecond, DefaultSpinMax)
 			if d < min(2*prev, DefaultSpinMax) || d > hi {
 				t.Fatalf("step %d: %v after %v, want in [%v, %v]", i, d, prev, min(2*prev, DefaultSpinMax), hi)
 			}
@@ -201,4 +202,42 @@ func TestSpinLockOptions(t *testing.T) {
 	if _, err := c.NewMutex(name, WithBackoff(time.Millisecond, time.Millisecond)); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("WithBackoff on a Mutex: %v, want ErrInvalidOption", err)
 	}
+}
+
+// TestSpinUnlockWakesMutexWaiterHere: a Mutex waiter of the Client whose
+// SpinLock holds the same name takes it soon after the SpinLock's Unlock,
+// not at the end of the spin hold's lease: the spin release publishes
+// nothing, but it wakes this Client's waiters on the name to try again.
+func TestSpinUnlockWakesMutexWaiterHere(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	var sleeps atomic.Int64
+	c := newClient(t, nil, WithObserver(Observer{Wait: func(context.Context, LockInfo, WaitInfo) { sleeps.Add(1) }}))
+	spin := mustSpinLock(t, c, name, WithLease(40*time.Second))
+	mu, err := c.NewMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := mustLock(t, ctx, spin)
+	got := goWaiter(ctx, mu)
+	eventually(t, 10*time.Second, func() error {
+		if sleeps.Load() < 2 {
+			return errors.New("the Mutex waiter has not slept past its first sleep yet")
+		}
+		return nil
+	})
+	start := time.Now()
+	if err := spin.Unlock(sl); err != nil {
+		t.Fatal(err)
+	}
+	h := recv(t, got, 20*time.Second, "Mutex waiter after the spin unlock")
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	d := h.at.Sub(start)
+	t.Logf("the Mutex waiter took the lock %v after the spin unlock", d)
+	if d > 10*time.Second {
+		t.Errorf("the Mutex waiter took %v: it slept to the spin hold's lease", d)
+	}
+	h.unlock()
 }

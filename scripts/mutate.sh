@@ -70,9 +70,15 @@ m "spin: waiter sleeps to the lease, not its backoff" wait.go \
   . '^(TestSpinLockNoPubSub|TestSpinLockRedissonInterop)$'
 # The backoff is capped (Redisson's maxDelay).
 m "spin: backoff not capped" spin.go \
-  'b.next = min(2*b.next+time.Duration(rand.IntN(b.fails+1))*time.Millisecond, b.most)' \
-  'b.next = 2*b.next + time.Duration(rand.IntN(b.fails+1))*time.Millisecond' \
+  'b.next = min(2*b.next+time.Duration(rand.IntN(b.fails))*time.Millisecond, b.most)' \
+  'b.next = 2*b.next + time.Duration(rand.IntN(b.fails))*time.Millisecond' \
   . '^(TestSpinBackoff)$'
+# A spin lock's unlock publishes nothing, so it wakes this Client's own
+# waiters of other kinds on the name (a Mutex's) to try again.
+m "spin: release wakes no waiter of this Client" release.go \
+  'h.c.queues.wakeFirst(h.queueKey())' \
+  '_ = h.queueKey()' \
+  . '^(TestSpinUnlockWakesMutexWaiterHere)$'
 # A spin lock's unlock publishes nothing (Redisson's RSpinLock).
 m "spin: release publishes" internal/scripts/spin_release.lua \
   "end
@@ -178,6 +184,17 @@ m "SQL fence check takes an equal token from another holder" fence.go \
   'OR (f.token = EXCLUDED.token AND f.holder = EXCLUDED.holder)"' \
   'OR f.token = EXCLUDED.token"' \
   ./fencetest '^(TestCheckTokenEqualToken)$'
+# Create takes no lock on a table that has the holder column (ALTER TABLE
+# would wait for open Check transactions, and new Checks behind it), and
+# waits for the lock at most its lock_timeout where it must add it.
+m "SQL fence Create alters a table that has the holder column" fence.go \
+  'IF NOT EXISTS (SELECT 1 FROM pg_attribute' \
+  'IF true OR NOT EXISTS (SELECT 1 FROM pg_attribute' \
+  ./fencetest '^(TestCreateWhileCheckOpen)$'
+m "SQL fence Create waits for the table lock unbounded" fence.go \
+  'const fenceAlterLockTimeout = "2s"' \
+  'const fenceAlterLockTimeout = "0"' \
+  ./fencetest '^(TestCreateAddsHolderBounded)$'
 # The acquire script grants the lock whoever holds it.
 m "acquire grants unconditionally" internal/scripts/lock_acquire.lua \
   "else

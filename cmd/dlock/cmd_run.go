@@ -84,7 +84,10 @@ var lockFlagsHelp = `  -w, --wait DURATION        give up after DURATION, connec
   --spin                     a spin lock: the mutex NAME, waited for by polling with a
                              backoff (1ms doubling to 128ms) instead of an unlock
                              message, for Redis setups where pub/sub does not pass
-                             or costs too much; excludes mutex holders as usual
+                             or costs too much; excludes mutex holders as usual,
+                             but its release publishes nothing: a mutex waiter on
+                             NAME is not woken by it and waits out its sleep (the
+                             lease)
   --fencing                  take a fencing token, passed as DLOCK_TOKEN
   --watchdog DURATION        lease of a lock held without --lease; renewed every
                              third of it (default 10s; see "dlock help run")

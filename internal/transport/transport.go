@@ -115,7 +115,7 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 		} else {
 			t.batch.process(ctx, cmd)
 		}
-		if src := scripts.Source(s); src != "" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") && l.Pending() == nil {
+		if src := scripts.Source(s); src != "" && l.Pending() == nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			sends = new(sendCounter)
 			cmd = newCmd(ctx, "eval", src, keys, args, sends)
 			if l != nil {
