@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/dlock-go/dlock/internal/watchdog"
+	"github.com/dlock-go/dlock/internal/workers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -52,7 +53,7 @@ type Client struct {
 
 	// runners are goroutines for attempts that must not hold up their
 	// caller (send.go).
-	runners runners
+	runners *workers.Pool
 
 	holds  registry       // the holds of the Client's owners (hold.go)
 	work   backgroundWork // background operations per owner's hold (background.go)
@@ -133,6 +134,7 @@ func connect(open driver.Open, opts []Option) (*Client, error) {
 		cfg:     cfg,
 		cluster: drv.Cluster(),
 		done:    make(chan struct{}),
+		runners: workers.New(maxIdleRunners),
 	}
 	if cfg.deadlocks != nil {
 		c.waits = newWaits(c, cfg.deadlocks)
@@ -176,7 +178,7 @@ func (c *Client) Close() error {
 	holds := c.holds.close() // a Lock that registers later finds it closed
 
 	c.watchdog.Close()
-	c.runners.close()
+	c.runners.Close()
 	c.drv.Shutdown()
 	c.permits.close() // permit contexts
 	c.observeClosed(holds)

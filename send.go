@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"sync"
 
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
@@ -45,7 +44,7 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 	}
 	replied := make(chan reply, 1)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	h.c.runners.run(func() {
+	h.c.runners.Run(func() {
 		defer cancel()
 		res, err := h.send(actx, req)
 		replied <- reply{res, err}
@@ -143,60 +142,9 @@ func leftOnWire(ctx context.Context) bool {
 	return l != nil && l.Pending() != nil
 }
 
-// runners runs the attempts that call hands over on goroutines kept
-// between attempts, up to maxIdleRunners idle ones: a new goroutine's
-// stack would be grown (copied) again by the Redis client's deep calls at
-// every attempt, which costs more than starting the goroutine.
-type runners struct {
-	mu     sync.Mutex
-	idle   []chan func()
-	closed bool
-}
-
-// maxIdleRunners bounds the goroutines kept idle for attempts.
+// maxIdleRunners bounds the goroutines kept idle for attempts handed
+// aside (Client.runners).
 const maxIdleRunners = 16
-
-// run runs f on an idle runner or a new goroutine.
-func (rs *runners) run(f func()) {
-	rs.mu.Lock()
-	if n := len(rs.idle); n > 0 {
-		r := rs.idle[n-1]
-		rs.idle = rs.idle[:n-1]
-		rs.mu.Unlock()
-		r <- f // buffered: never blocks
-		return
-	}
-	rs.mu.Unlock()
-	r := make(chan func(), 1)
-	r <- f
-	go rs.loop(r)
-}
-
-// loop runs the functions handed to r, waiting idle in between, until
-// the runners are closed or enough others wait.
-func (rs *runners) loop(r chan func()) {
-	for f := range r {
-		f()
-		rs.mu.Lock()
-		if rs.closed || len(rs.idle) >= maxIdleRunners {
-			rs.mu.Unlock()
-			return
-		}
-		rs.idle = append(rs.idle, r)
-		rs.mu.Unlock()
-	}
-}
-
-// close ends the idle runners; later attempts get goroutines of their own.
-func (rs *runners) close() {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.closed = true
-	for _, r := range rs.idle {
-		close(r)
-	}
-	rs.idle = nil
-}
 
 // honoursDeadlines reports whether rdb ends every request by its ctx's
 // deadline: a plain *redis.Client with ContextTimeoutEnabled that sets

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/workers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,7 +43,7 @@ type batcher struct {
 	onWire int       // batches on the wire, or whose senders choose the next
 	queue  []*queued // scripts waiting for a batch on the wire to return
 
-	helpers helpers // send for callers that may leave (leave.go)
+	helpers *workers.Pool // send for callers that may leave (leave.go)
 }
 
 // maxOnWire is how many batches of one Client may be on the wire at once:

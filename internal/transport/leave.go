@@ -114,7 +114,7 @@ func (b *batcher) handOver(ctx context.Context, send func()) <-chan struct{} {
 		left     bool
 		panicked any
 	)
-	b.helpers.run(func() {
+	b.helpers.Run(func() {
 		defer b.passOn()
 		defer func() {
 			p := recover()
@@ -149,56 +149,6 @@ func (b *batcher) handOver(ctx context.Context, send func()) <-chan struct{} {
 	return nil
 }
 
-// helpers runs what callers that may leave hand over, on goroutines kept
-// between sends, up to maxIdleHelpers idle ones: a new goroutine's stack
-// would be grown again by go-redis's deep calls at every send.
-type helpers struct {
-	mu     sync.Mutex
-	idle   []chan func()
-	closed bool
-}
-
-// maxIdleHelpers bounds the goroutines kept idle for sends.
+// maxIdleHelpers bounds the goroutines kept idle for the sends of
+// callers that may leave (batcher.helpers).
 const maxIdleHelpers = maxOnWire * 2
-
-// run runs f on an idle helper or a new goroutine.
-func (hs *helpers) run(f func()) {
-	hs.mu.Lock()
-	if n := len(hs.idle); n > 0 {
-		h := hs.idle[n-1]
-		hs.idle = hs.idle[:n-1]
-		hs.mu.Unlock()
-		h <- f // buffered: never blocks
-		return
-	}
-	hs.mu.Unlock()
-	h := make(chan func(), 1)
-	h <- f
-	go hs.loop(h)
-}
-
-// loop runs the functions handed to h, idle in between, until the helpers
-// are closed or enough others are idle.
-func (hs *helpers) loop(h chan func()) {
-	for f := range h {
-		f()
-		hs.mu.Lock()
-		if hs.closed || len(hs.idle) >= maxIdleHelpers {
-			hs.mu.Unlock()
-			return
-		}
-		hs.idle = append(hs.idle, h)
-		hs.mu.Unlock()
-	}
-}
-
-// close ends the idle helpers; later sends get goroutines of their own.
-func (hs *helpers) close() {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	hs.closed = true
-	for _, h := range hs.idle {
-		close(h)
-	}
-	hs.idle = nil
-}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/workers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -66,7 +67,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Transport {
 	return &Transport{
 		rdb:      rdb,
 		replicas: replicaSync{replicas: cfg.Replicas, timeout: cfg.ReplicaTimeout},
-		batch:    batcher{rdb: rdb, off: cluster, deadlines: cfg.Deadlines},
+		batch:    batcher{rdb: rdb, off: cluster, deadlines: cfg.Deadlines, helpers: workers.New(maxIdleHelpers)},
 		gate:     newGate(rdb),
 	}
 }
@@ -74,7 +75,7 @@ func New(rdb redis.UniversalClient, cfg Config) *Transport {
 // Close stops the gate's prober and ends the waits on the gate.
 func (t *Transport) Close() {
 	t.gate.close()
-	t.batch.helpers.close()
+	t.batch.helpers.Close()
 }
 
 // Gate returns the gate on Redis being reachable (reach.go).
