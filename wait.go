@@ -179,12 +179,22 @@ func (w *waiter) observer() *lockObs { return w.ob }
 
 // end ends the wait: the subscription goes, passing on a wake-up that a
 // Lock that failed did not use, and the observers are told.
+//
+// A counting waiter (a permit's) passes on any wake-up left in its buffer,
+// also when it took its permit: once it took the wake-up that woke it, it
+// stays first in its Client's line with an empty buffer until it ends,
+// and a message for another permit freed meanwhile lands there. At worst
+// the next waiter makes one attempt too many. A spare wake-up (the one it
+// took was for another waiter, or more permits are left) is put back
+// first.
 func (w *waiter) end(err error) {
-	if w.spare && w.lockCtx != nil {
-		// The wake-up was for another waiter, or more is left for one.
+	switch {
+	case w.spare && w.lockCtx != nil:
 		w.sub.Return()
 		w.sleeper.stop(false)
-	} else {
+	case w.counts:
+		w.sleeper.stop(false)
+	default:
 		w.sleeper.stop(w.lockCtx != nil)
 	}
 	w.ob.done(w.lockCtx, err)

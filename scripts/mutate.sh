@@ -462,6 +462,15 @@ m "permits: waiter's place keeps its first permit id" wait.go \
 ' \
   '' \
   . '^(TestPermitSemaphoreHandOverAfterRetry)$'
+# A counting waiter that took its permit passes on a wake-up that came
+# meanwhile (a message for another permit freed): dropped, the next waiter
+# of the Client sleeps to its poll while a permit is free.
+m "permits: waiter that took its permit drops a wake-up" wait.go \
+  '	case w.counts:
+		w.sleeper.stop(false)' \
+  '	case w.counts:
+		w.sleeper.stop(true)' \
+  . '^(TestPermitCountedWakePassedOn)$'
 # A permit without lease (NoPermitLease) gets Redisson's no-expiry score,
 # never an expiry.
 m "permits: a permit without lease gets an expiry" permit_semaphore.go \
