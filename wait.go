@@ -254,8 +254,10 @@ type earlySubscriber interface {
 // before it) is saved, one round trip per contended Lock. A kind asks
 // for it where a Lock has a channel of its own (the fair lock's), which
 // no other waiter of this Client can be subscribed to already. A
-// subscription that fails or is not confirmed before ctx ends is left to
-// the first sleep, as without this.
+// subscription that fails or is not confirmed within earlyConfirm (or
+// before ctx ends) is dropped and left to the first sleep, as without
+// this: a subscription Redis refuses or never confirms must not keep the
+// Lock from trying a lock that may be free.
 func (w *waiter) subscribeEarly(ctx context.Context) {
 	k, ok := w.h.kind.(earlySubscriber)
 	if !ok || !w.req.wait || w.sub != nil || w.h.c.holds.held(w.h.holdKey(w.req.owner)) != nil || !k.subscribeEarly() {
@@ -265,15 +267,25 @@ func (w *waiter) subscribeEarly(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	unconfirmed := time.NewTimer(earlyConfirm)
+	defer unconfirmed.Stop()
 	select {
 	case <-sub.Ready():
 		w.sub = sub
+	case <-unconfirmed.C:
+		sub.Close(false)
 	case <-ctx.Done():
 		sub.Close(false)
 	case <-w.h.c.done:
 		sub.Close(false)
 	}
 }
+
+// earlyConfirm bounds how long a Lock waits for the confirmation of a
+// subscription made before its first attempt (subscribeEarly): a round
+// trip, with room for a loaded machine, and no longer than a free fair
+// lock goes untold to its head waiter (fairFreeCheck).
+const earlyConfirm = fairFreeCheck
 
 // subscribe subscribes to channel through the hub. Opening the hub's
 // connection to a server that does not answer can take the Redis client's

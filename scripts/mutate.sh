@@ -471,6 +471,13 @@ m "permits: waiter that took its permit drops a wake-up" wait.go \
   '	case w.counts:
 		w.sleeper.stop(true)' \
   . '^(TestPermitCountedWakePassedOn)$'
+# A Lock that subscribes before its first attempt waits for the
+# confirmation a bounded time: unbounded, a subscription Redis refuses
+# keeps a fair Lock from ever trying a free lock.
+m "fair: early subscribe waits unbounded for its confirmation" wait.go \
+  'unconfirmed := time.NewTimer(earlyConfirm)' \
+  'unconfirmed := time.NewTimer(time.Hour)' \
+  . '^(TestFairSubscriptionRefusedFreeLock)$'
 # A permit without lease (NoPermitLease) gets Redisson's no-expiry score,
 # never an expiry.
 m "permits: a permit without lease gets an expiry" permit_semaphore.go \
