@@ -105,12 +105,13 @@ type waiter struct {
 // hand-over during it means: the lock taken (done, its hold registered),
 // or handed over too late to be worth anything (given back: try again).
 func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
-	h, req := w.h, w.req
+	h := w.h
 	g, err := w.nap(ctx, res)
+	req := w.req // the sleep's owner (placeOwner)
 	switch {
 	case g.unknown && w.selfKept():
 		// A hand-over whose answer was lost may have given this
-		// attempt's owner the permit; the next attempt has an owner of
+		// sleep's owner the permit; the next attempt has an owner of
 		// its own and would never find it: give it back.
 		grace(h.giveBack(req))
 		return false, err
@@ -218,6 +219,9 @@ func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	if w.spin != nil {
 		d = min(d, w.spin.step())
 	}
+	if err := w.placeOwner(); err != nil {
+		return grant{}, err
+	}
 	w.arm(d)
 	wake, err := w.wakeUps(ctx)
 	if err != nil {
@@ -237,6 +241,27 @@ func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 		return g, ErrClosed
 	}
 	return g, nil
+}
+
+// placeOwner gives a waiter of a kind that makes an owner per attempt (a
+// permit's id), and that sleeps in a place, an owner of its own for the
+// sleep: a release of this Client hands the permit to that id. Not the
+// latest attempt's: an attempt that failed without an answer may hold it
+// in Redis, and its give-back, in the background, would take the permit
+// handed over (or the hand-over, finding it held, would take the
+// releaser's permit for the waiter's). Each attempt, and so each sleep,
+// has an id no earlier one used.
+func (w *waiter) placeOwner() error {
+	k, ok := w.h.kind.(selfKept)
+	if !ok || !w.hands {
+		return nil
+	}
+	owner, err := k.newOwner()
+	if err != nil {
+		return err
+	}
+	w.req.owner = owner
+	return nil
 }
 
 // earlySubscriber is implemented by kinds whose waiters can subscribe
@@ -343,8 +368,9 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 		var granted <-chan grant
 		if w.place != nil {
 			// A kind that makes an owner per attempt (a permit's id) is
-			// handed over to the latest: the place takes it along. No
-			// release reads it before the place is queued.
+			// handed over to the sleep's own (placeOwner): the place
+			// takes it along. No release reads it before the place is
+			// queued.
 			w.place.req = w.req
 			w.h.c.queues.enqueue(w.h.queueKey(), w.place)
 			granted = w.place.grant
