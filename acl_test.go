@@ -153,6 +153,58 @@ func TestSubscriptionRefusedIsLogged(t *testing.T) {
 	}
 }
 
+// TestFairSubscriptionRefusedFreeLock: a FairMutex whose user may lock but
+// not subscribe to the fair lock's channel takes the lock at once when it
+// is free, also when the Client guesses it is taken (a Lock found it held
+// before) and subscribes before its first attempt: the wait for that
+// subscription's confirmation, which never comes, is bounded.
+func TestFairSubscriptionRefusedFreeLock(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	admin := newRedis(t)
+	user := "dlock-acl-nofairchan"
+	acl := slices.DeleteFunc(slices.Clone(minimalACL), func(a any) bool {
+		s, _ := a.(string)
+		return strings.HasPrefix(s, "&redisson_lock__channel")
+	})
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, acl...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer rdb.Close()
+
+	name := "app:" + lockName(t)
+	holder, err := newClient(t, nil).NewFairMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := newClient(t, rdb).NewFairMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustLock(t, ctx, holder)
+	busy, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = f.Lock(busy) // finds it taken: the next Lock subscribes first
+	cancel()
+	if err == nil {
+		t.Fatal("Lock of a held fair lock succeeded")
+	}
+	if err := holder.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	free, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	l2, err := f.Lock(free)
+	if err != nil {
+		t.Fatalf("Lock of a free fair lock, without permission for its channel: %v after %v", err, time.Since(start))
+	}
+	t.Logf("took the free lock in %v", time.Since(start))
+	if err := f.Unlock(l2); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // syncBuf is a bytes.Buffer safe for concurrent writes.
 type syncBuf struct {
 	mu sync.Mutex

@@ -826,7 +826,11 @@ func TestFairFreeLockHeadToldOnce(t *testing.T) {
 // TestFairContendedLockSubscribesFirst: once a waiting attempt found the
 // fair lock taken, the next Lock subscribes before it joins the queue, and
 // so sleeps after its one attempt instead of attempting again once its
-// subscription is confirmed.
+// subscription is confirmed: when its first sleep starts (the Wait
+// observer's Round 1, right after the attempt that queued it), it is
+// subscribed to its channel already. Without the early subscription it
+// subscribes only in that sleep, which ends at the confirmation with
+// another attempt.
 func TestFairContendedLockSubscribesFirst(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
@@ -836,30 +840,32 @@ func TestFairContendedLockSubscribesFirst(t *testing.T) {
 	held := mustLock(t, ctx, holder)
 
 	type call struct{}
-	var mu sync.Mutex
-	rounds := map[int]int{} // Lock -> attempts that found the lock taken
-	wc := newClient(t, nil, WithObserver(Observer{Wait: func(ctx context.Context, _ LockInfo, w WaitInfo) {
-		if n, ok := ctx.Value(call{}).(int); ok {
-			mu.Lock()
-			rounds[n] = w.Round
-			mu.Unlock()
+	var (
+		wc   *Client
+		kind *fairKind
+	)
+	rdb := newRedis(t)
+	subscribed := make(chan bool, 1) // at the third Lock's first sleep
+	wc = newClient(t, nil, WithObserver(Observer{Wait: func(ctx context.Context, _ LockInfo, w WaitInfo) {
+		if n, ok := ctx.Value(call{}).(int); !ok || n != 3 || w.Round != 1 {
+			return
 		}
+		q, err := rdb.LRange(context.Background(), prefixName(fairQueuePrefix, name), 0, -1).Result()
+		ok := err == nil && len(q) == 3 && wc.hub.Waiters(kind.channel(q[2])) == 1
+		if !ok {
+			t.Logf("at the third Lock's first sleep: queue %q (%v)", q, err)
+		}
+		subscribed <- ok
 	}}))
 	m := mustFair(t, wc, name)
+	kind = m.kind.(*fairKind)
 	var got []<-chan lockResult
 	for n := 1; n <= 3; n++ {
 		_, g := fairWaiter(t, context.WithValue(ctx, call{}, n), m, n)
 		got = append(got, g)
 	}
-	// The third waiter is neither the head nor right behind it: it sleeps
-	// for the holder's lease (30 s) unless woken. Time for an attempt
-	// after its subscription, had it made one:
-	time.Sleep(300 * time.Millisecond)
-	mu.Lock()
-	third := rounds[3]
-	mu.Unlock()
-	if third != 1 {
-		t.Errorf("the third Lock attempted %d times before its turn, want 1 (subscribed before its attempt)", third)
+	if !recv(t, subscribed, 10*time.Second, "the third Lock's first sleep") {
+		t.Errorf("the third Lock was not subscribed to its channel when its first sleep started: it subscribes after its attempt, and attempts again")
 	}
 
 	if err := holder.Unlock(held); err != nil {

@@ -517,9 +517,11 @@ func (s *PermitSemaphore) release(ctx context.Context, id string) (res releaseRe
 // to its own waiters while another process waits for one too. Higher than
 // a lock's (handoffBound): a semaphore has several permits, and each
 // release that frees one wakes a waiter in every Client, of which one at
-// most gets it; each Client frees every (permitHandoffBound+1)-th permit
-// it releases, so with k Clients holding permits another process's waiter
-// sees a permit freed every (permitHandoffBound+1)/k releases.
+// most gets it. While a Client's own waiters keep waiting and another
+// process waits too, it frees at least every (permitHandoffBound+1)-th
+// permit it releases; the count starts again when no waiter of it is left
+// (its queue is dropped), so that is a bound per stretch of waiting, not
+// a rate over all its releases.
 const permitHandoffBound = 8
 
 // handOver gives back permit id and hands it to the first waiter of this

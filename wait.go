@@ -105,12 +105,13 @@ type waiter struct {
 // hand-over during it means: the lock taken (done, its hold registered),
 // or handed over too late to be worth anything (given back: try again).
 func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
-	h, req := w.h, w.req
+	h := w.h
 	g, err := w.nap(ctx, res)
+	req := w.req // the sleep's owner (placeOwner)
 	switch {
 	case g.unknown && w.selfKept():
 		// A hand-over whose answer was lost may have given this
-		// attempt's owner the permit; the next attempt has an owner of
+		// sleep's owner the permit; the next attempt has an owner of
 		// its own and would never find it: give it back.
 		grace(h.giveBack(req))
 		return false, err
@@ -179,12 +180,22 @@ func (w *waiter) observer() *lockObs { return w.ob }
 
 // end ends the wait: the subscription goes, passing on a wake-up that a
 // Lock that failed did not use, and the observers are told.
+//
+// A counting waiter (a permit's) passes on any wake-up left in its buffer,
+// also when it took its permit: once it took the wake-up that woke it, it
+// stays first in its Client's line with an empty buffer until it ends,
+// and a message for another permit freed meanwhile lands there. At worst
+// the next waiter makes one attempt too many. A spare wake-up (the one it
+// took was for another waiter, or more permits are left) is put back
+// first.
 func (w *waiter) end(err error) {
-	if w.spare && w.lockCtx != nil {
-		// The wake-up was for another waiter, or more is left for one.
+	switch {
+	case w.spare && w.lockCtx != nil:
 		w.sub.Return()
 		w.sleeper.stop(false)
-	} else {
+	case w.counts:
+		w.sleeper.stop(false)
+	default:
 		w.sleeper.stop(w.lockCtx != nil)
 	}
 	w.ob.done(w.lockCtx, err)
@@ -208,6 +219,9 @@ func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	if w.spin != nil {
 		d = min(d, w.spin.step())
 	}
+	if err := w.placeOwner(); err != nil {
+		return grant{}, err
+	}
 	w.arm(d)
 	wake, err := w.wakeUps(ctx)
 	if err != nil {
@@ -229,6 +243,27 @@ func (w *waiter) nap(ctx context.Context, res attemptResult) (grant, error) {
 	return g, nil
 }
 
+// placeOwner gives a waiter of a kind that makes an owner per attempt (a
+// permit's id), and that sleeps in a place, an owner of its own for the
+// sleep: a release of this Client hands the permit to that id. Not the
+// latest attempt's: an attempt that failed without an answer may hold it
+// in Redis, and its give-back, in the background, would take the permit
+// handed over (or the hand-over, finding it held, would take the
+// releaser's permit for the waiter's). Each attempt, and so each sleep,
+// has an id no earlier one used.
+func (w *waiter) placeOwner() error {
+	k, ok := w.h.kind.(selfKept)
+	if !ok || !w.hands {
+		return nil
+	}
+	owner, err := k.newOwner()
+	if err != nil {
+		return err
+	}
+	w.req.owner = owner
+	return nil
+}
+
 // earlySubscriber is implemented by kinds whose waiters can subscribe
 // before their first attempt.
 type earlySubscriber interface {
@@ -244,8 +279,10 @@ type earlySubscriber interface {
 // before it) is saved, one round trip per contended Lock. A kind asks
 // for it where a Lock has a channel of its own (the fair lock's), which
 // no other waiter of this Client can be subscribed to already. A
-// subscription that fails or is not confirmed before ctx ends is left to
-// the first sleep, as without this.
+// subscription that fails or is not confirmed within earlyConfirm (or
+// before ctx ends) is dropped and left to the first sleep, as without
+// this: a subscription Redis refuses or never confirms must not keep the
+// Lock from trying a lock that may be free.
 func (w *waiter) subscribeEarly(ctx context.Context) {
 	k, ok := w.h.kind.(earlySubscriber)
 	if !ok || !w.req.wait || w.sub != nil || w.h.c.holds.held(w.h.holdKey(w.req.owner)) != nil || !k.subscribeEarly() {
@@ -255,15 +292,25 @@ func (w *waiter) subscribeEarly(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	unconfirmed := time.NewTimer(earlyConfirm)
+	defer unconfirmed.Stop()
 	select {
 	case <-sub.Ready():
 		w.sub = sub
+	case <-unconfirmed.C:
+		sub.Close(false)
 	case <-ctx.Done():
 		sub.Close(false)
 	case <-w.h.c.done:
 		sub.Close(false)
 	}
 }
+
+// earlyConfirm bounds how long a Lock waits for the confirmation of a
+// subscription made before its first attempt (subscribeEarly): a round
+// trip, with room for a loaded machine, and no longer than a free fair
+// lock goes untold to its head waiter (fairFreeCheck).
+const earlyConfirm = fairFreeCheck
 
 // subscribe subscribes to channel through the hub. Opening the hub's
 // connection to a server that does not answer can take the Redis client's
@@ -321,8 +368,9 @@ func (w *waiter) wait(ctx context.Context, wake <-chan struct{}) grant {
 		var granted <-chan grant
 		if w.place != nil {
 			// A kind that makes an owner per attempt (a permit's id) is
-			// handed over to the latest: the place takes it along. No
-			// release reads it before the place is queued.
+			// handed over to the sleep's own (placeOwner): the place
+			// takes it along. No release reads it before the place is
+			// queued.
 			w.place.req = w.req
 			w.h.c.queues.enqueue(w.h.queueKey(), w.place)
 			granted = w.place.grant

@@ -457,7 +457,7 @@ m "permits: release does not publish" internal/scripts/psem_release.lua \
 # A release of a Client whose own waiters wait hands the permit to the
 # longest one, in order, without a message (psem_release_to.lua).
 m "permits: release never hands over" internal/scripts/psem_release_to.lua \
-  "local hand = ARGV[6] == 'always'" \
+  "local hand = not handed and ARGV[6] == 'always'" \
   "local hand = false" \
   . '^(TestPermitSemaphoreHandOver)$'
 # At most permitHandoffBound hand-overs in a row while another process
@@ -472,13 +472,44 @@ m "permits: hand-over below zero available" internal/scripts/psem_release_to.lua
   "if hand and tonumber(redis.call('get', KEYS[1]) or '0') >= 0 then" \
   "if hand then" \
   . '^(TestPermitSemaphoreNoHandOverBelowZero)$'
-# A waiter's place takes the permit id of its latest attempt: a hand-over
+# A waiter's place takes the permit id of its latest sleep: a hand-over
 # to an earlier id leaves the waiter a permit context Redis does not have.
 m "permits: waiter's place keeps its first permit id" wait.go \
   '			w.place.req = w.req
 ' \
   '' \
   . '^(TestPermitSemaphoreHandOverAfterRetry)$'
+# A counting waiter that took its permit passes on a wake-up that came
+# meanwhile (a message for another permit freed): dropped, the next waiter
+# of the Client sleeps to its poll while a permit is free.
+m "permits: waiter that took its permit drops a wake-up" wait.go \
+  '	case w.counts:
+		w.sleeper.stop(false)' \
+  '	case w.counts:
+		w.sleeper.stop(true)' \
+  . '^(TestPermitCountedWakePassedOn)$'
+# A Lock that subscribes before its first attempt waits for the
+# confirmation a bounded time: unbounded, a subscription Redis refuses
+# keeps a fair Lock from ever trying a free lock.
+m "fair: early subscribe waits unbounded for its confirmation" wait.go \
+  'unconfirmed := time.NewTimer(earlyConfirm)' \
+  'unconfirmed := time.NewTimer(time.Hour)' \
+  . '^(TestFairSubscriptionRefusedFreeLock)$'
+# A sleeping waiter is handed a permit under an id of its own, never one
+# of its attempts' (which a failed attempt may hold, and give back).
+m "permits: hand-over to the latest attempt's id" wait.go \
+  '	w.req.owner = owner
+	return nil' \
+  '	_ = owner
+	return nil' \
+  . '^(TestPermitSemaphoreHandOverFreshID)$'
+# A release to an id that holds a permit already frees the releaser's
+# permit: answered "handed", it would stay held by nobody.
+m "permits: release to a held id keeps the releaser's permit" internal/scripts/psem_release_to.lua \
+  "local handed = redis.call('zscore', KEYS[2], ARGV[4]) ~= false" \
+  "local handed = redis.call('zscore', KEYS[2], ARGV[4]) ~= false
+if handed then return {2, 0} end" \
+  . '^(TestPermitReleaseToHeldID)$'
 # A permit without lease (NoPermitLease) gets Redisson's no-expiry score,
 # never an expiry.
 m "permits: a permit without lease gets an expiry" permit_semaphore.go \

@@ -26,12 +26,15 @@
 -- the pool, which needs it.
 --
 -- Idempotent: a command re-sent after a lost reply finds the waiter's
--- permit and answers 2 again.
-if redis.call('zscore', KEYS[2], ARGV[4]) ~= false then
-  return {2, 0}
-end
+-- permit, and permit ARGV[3] gone, and answers 2 again. If both are held,
+-- the waiter's id holds a permit some other way (never handed by this
+-- release): permit ARGV[3] goes back to the pool, not kept for nobody.
+local handed = redis.call('zscore', KEYS[2], ARGV[4]) ~= false
 local expire = redis.call('zscore', KEYS[2], ARGV[3])
 if expire == false then
+  if handed then
+    return {2, 0}
+  end
   return {0, 0}
 end
 redis.call('zrem', KEYS[2], ARGV[3])
@@ -39,8 +42,8 @@ local expired = 0
 if tonumber(expire) <= now then
   expired = 1
 end
-local hand = ARGV[6] == 'always'
-if ARGV[6] == 'numsub' or ARGV[6] == 'shardnumsub' then
+local hand = not handed and ARGV[6] == 'always'
+if not handed and (ARGV[6] == 'numsub' or ARGV[6] == 'shardnumsub') then
   -- pcall: a user without +pubsub (ACL) frees the permit instead.
   local subs = redis.pcall('pubsub', ARGV[6], KEYS[3])
   hand = type(subs) == 'table' and subs.err == nil and tonumber(subs[2]) <= tonumber(ARGV[7])

@@ -71,6 +71,12 @@ func (t *Transport) CanLeave() bool { return !t.batch.off && !t.replicas.enabled
 // ctx ends first, with cmd unsent and ctx's error in it, or else the
 // channel closed when cmd, still on the wire, completes; cmd is then not
 // the caller's to read.
+//
+// With room on the wire, the uncontended case, cmd goes out at once on a
+// helper goroutine (handOver): such a caller still pays the hand-over and
+// wake-up the note at the top of this file describes, once per script.
+// Only a script that queues behind a full wire is spared it (sent with a
+// batch, by the caller whose batch returns).
 func (b *batcher) processLeaving(ctx context.Context, cmd *redis.Cmd) (pending <-chan struct{}) {
 	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{}), leaving: true}
 	b.mu.Lock()
