@@ -80,18 +80,25 @@ type manyResult struct {
 	EarlyAcquired   int           // must be 0
 	Errors          int
 	FirstError      string
+	// Errors by phase: taking the held locks, waiting (Lock, or the
+	// waiter's Unlock, failed; a lock not released counts here once the
+	// drain bound cancels its waiter) and releasing the held locks.
+	HoldErrors, WaitErrors, ReleaseErrors int
 }
 
-// manyErrors records a run's errors, keeping the first.
+// manyErrors records a run's errors, keeping the first, and counts those
+// of each phase.
 type manyErrors struct {
-	mu    sync.Mutex
-	n     int
-	first string
+	mu                      sync.Mutex
+	n                       int
+	first                   string
+	hold, wait, releaseErrs int
 }
 
-func (e *manyErrors) add(err error) {
+func (e *manyErrors) add(phase *int, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	*phase++
 	if e.n++; e.first == "" {
 		e.first = err.Error()
 	}
@@ -161,7 +168,7 @@ func manyWorker(j job) (*manyResult, error) {
 			holdCtx[i], err = l.Lock(ctx)
 		}
 		if err != nil {
-			errs.add(fmt.Errorf("hold: %w", err))
+			errs.add(&errs.hold, fmt.Errorf("hold: %w", err))
 			return
 		}
 		holds[i] = l
@@ -185,12 +192,12 @@ func manyWorker(j job) (*manyResult, error) {
 		wg.Go(func() {
 			l, err := newLock(clients[i%len(clients)], name(i))
 			if err != nil {
-				errs.add(err)
+				errs.add(&errs.wait, err)
 				return
 			}
 			lockCtx, err := l.Lock(waitCtx)
 			if err != nil {
-				errs.add(fmt.Errorf("wait: %w", err))
+				errs.add(&errs.wait, fmt.Errorf("wait: %w", err))
 				return
 			}
 			acquired[i] = monoNow()
@@ -198,7 +205,7 @@ func manyWorker(j job) (*manyResult, error) {
 				early.Add(1)
 			}
 			if err := l.Unlock(lockCtx); err != nil {
-				errs.add(fmt.Errorf("waiter unlock: %w", err))
+				errs.add(&errs.wait, fmt.Errorf("waiter unlock: %w", err))
 			}
 			done.Add(1)
 		})
@@ -241,7 +248,7 @@ func manyWorker(j job) (*manyResult, error) {
 		}
 		released[i].Store(monoNow())
 		if err := holds[i].Unlock(holdCtx[i]); err != nil {
-			errs.add(fmt.Errorf("release: %w", err))
+			errs.add(&errs.releaseErrs, fmt.Errorf("release: %w", err))
 		}
 	})
 	r.Release = time.Duration(monoNow() - start)
@@ -268,6 +275,7 @@ func manyWorker(j job) (*manyResult, error) {
 		r.Drain = time.Duration(last - start)
 	}
 	r.Errors, r.FirstError = errs.n, errs.first
+	r.HoldErrors, r.WaitErrors, r.ReleaseErrors = errs.hold, errs.wait, errs.releaseErrs
 	return r, nil
 }
 
@@ -394,7 +402,7 @@ func (r *report) writeMany(w writer) {
 	}
 	w("%s\n", t)
 	t = newTable("library", "parked", "time to park", "Redis CPU", "executed/s", "round trips/s", "client CPU",
-		"channels", "pub/sub conns", "bytes/waiter", "goroutines/waiter", "release all", "wake p50", "wake p99", "wake max", "drain", "early")
+		"channels", "pub/sub conns", "bytes/waiter", "goroutines/waiter", "release all", "wake p50", "wake p99", "wake max", "drain", "early", "errors hold/wait/release")
 	for _, x := range r.many {
 		drain := x.Drain.Round(time.Millisecond).String()
 		if x.Drained < x.Waiters {
@@ -403,7 +411,8 @@ func (r *report) writeMany(w writer) {
 		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmt.Sprintf("%d/%d", x.Parked, x.Waiters), x.ParkTime.Round(time.Millisecond).String(),
 			pct(x.RedisCPU, x.Window), fmtRate(x.ExecPerSec), fmtRate(x.RoundTripsPerS), pct(x.ClientCPU, x.Window),
 			fmt.Sprint(x.Channels), fmt.Sprint(x.PubSubConns), fmt.Sprintf("%.0f", x.BytesPerWaiter), f2(x.GoroutinesPerW),
-			x.Release.Round(time.Millisecond).String(), fmtDur(x.Wake.P50), fmtDur(x.Wake.P99), fmtDur(x.Wake.Max), drain, fmt.Sprint(x.EarlyAcquired))
+			x.Release.Round(time.Millisecond).String(), fmtDur(x.Wake.P50), fmtDur(x.Wake.P99), fmtDur(x.Wake.Max), drain, fmt.Sprint(x.EarlyAcquired),
+			fmt.Sprintf("%d/%d/%d", x.HoldErrors, x.WaitErrors, x.ReleaseErrors))
 	}
 	w("%s\n", t)
 }
