@@ -36,7 +36,7 @@ type manyConfig struct {
 }
 
 func defaultManyConfig() manyConfig {
-	return manyConfig{waiters: 100000, clients: 4, settle: 90 * time.Second, window: 5 * time.Second,
+	return manyConfig{waiters: 100000, clients: 4, settle: 60 * time.Second, window: 5 * time.Second,
 		drain: 120 * time.Second, lease: 10 * time.Minute}
 }
 
@@ -78,11 +78,12 @@ type manyResult struct {
 	Drained         int
 	Drain           time.Duration // first release until the last waiter held its lock
 	EarlyAcquired   int           // must be 0
+	KeysAtBound     int           // keys on the masters when the drain bound ran out
 	Errors          int
 	FirstError      string
-	// Errors by phase: taking the held locks, waiting (Lock, or the
-	// waiter's Unlock, failed; a lock not released counts here once the
-	// drain bound cancels its waiter) and releasing the held locks.
+	// Errors by phase: taking the held locks, waiting (a Lock that
+	// failed and was tried again, a waiter's Unlock, a waiter cancelled at
+	// the drain bound) and releasing the held locks.
 	HoldErrors, WaitErrors, ReleaseErrors int
 }
 
@@ -195,10 +196,19 @@ func manyWorker(j job) (*manyResult, error) {
 				errs.add(&errs.wait, err)
 				return
 			}
-			lockCtx, err := l.Lock(waitCtx)
-			if err != nil {
+			// As an application would, a waiter whose Lock fails (an
+			// attempt timed out, a subscription could not be made) tries
+			// again, after a pause that keeps a failing dial from spinning.
+			var lockCtx context.Context
+			for {
+				if lockCtx, err = l.Lock(waitCtx); err == nil {
+					break
+				}
 				errs.add(&errs.wait, fmt.Errorf("wait: %w", err))
-				return
+				if waitCtx.Err() != nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 			acquired[i] = monoNow()
 			if released[i].Load() == 0 {
@@ -257,6 +267,14 @@ func manyWorker(j job) (*manyResult, error) {
 	select {
 	case <-drained:
 	case <-time.After(j.Settle2):
+		// Are the waiters left behind waiting on free locks?
+		for _, m := range masters {
+			n, err := m.DBSize(ctx).Result()
+			if err != nil {
+				return nil, fmt.Errorf("bench: DBSIZE: %w", err)
+			}
+			r.KeysAtBound += int(n)
+		}
 		cancel()
 		<-drained
 	}
@@ -406,7 +424,7 @@ func (r *report) writeMany(w writer) {
 	for _, x := range r.many {
 		drain := x.Drain.Round(time.Millisecond).String()
 		if x.Drained < x.Waiters {
-			drain = fmt.Sprintf("%d/%d in %v", x.Drained, x.Waiters, m.drain)
+			drain = fmt.Sprintf("%d/%d in %v (%d keys left then)", x.Drained, x.Waiters, m.drain, x.KeysAtBound)
 		}
 		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmt.Sprintf("%d/%d", x.Parked, x.Waiters), x.ParkTime.Round(time.Millisecond).String(),
 			pct(x.RedisCPU, x.Window), fmtRate(x.ExecPerSec), fmtRate(x.RoundTripsPerS), pct(x.ClientCPU, x.Window),
