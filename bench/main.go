@@ -52,6 +52,10 @@ type config struct {
 
 	// Permit semaphore (semaphore.go).
 	sem semConfig
+	// Many waiters on a cluster (many.go).
+	many manyConfig
+	// libIDs are the -libs flag's ids, nil for all.
+	libIDs []string
 
 	profileDir string
 }
@@ -65,7 +69,7 @@ func defaultConfig() config {
 		wdLocks: 10000, wdRenewal: 3 * time.Second, wdWindow: 6 * time.Second,
 		waitLocks: 1000, waiters: 10000, waitSettle: 2 * time.Second, waitWindow: 3 * time.Second,
 		redWarm: 500 * time.Millisecond, redWindow: time.Second, redRounds: 2,
-		sem: defaultSemConfig(),
+		sem: defaultSemConfig(), many: defaultManyConfig(),
 	}
 }
 
@@ -80,8 +84,13 @@ var scenarios = []struct {
 	{"redlock", nil}, // redLibs
 	{"watchdog", []string{"dlock", "redsync", "redislock-10ms", "rueidislock"}},
 	{"waiters", []string{"dlock", "dlock-fair", "redsync", "redislock-10ms", "rueidislock"}},
-	{"sem", nil}, // cfg.sem.libs
+	{"sem", nil},          // cfg.sem.libs
+	{"waiters-many", nil}, // manyLibs; opt-in
 }
+
+// optIn are the scenarios that run only when -only names them: the
+// many-waiters scenario takes minutes with 100 k waiters.
+var optIn = []string{"waiters-many"}
 
 func scenarioLibs(name string) []string {
 	for _, s := range scenarios {
@@ -108,18 +117,22 @@ func main() {
 
 func run() error {
 	cfg := defaultConfig()
-	var names []string
+	var names, defaults []string
 	for _, s := range scenarios {
 		names = append(names, s.name)
+		if !slices.Contains(optIn, s.name) {
+			defaults = append(defaults, s.name)
+		}
 	}
 	out := flag.String("out", "", "splice the tables into this markdown file (BENCHMARKS.md) between its generated markers")
 	png := flag.String("png", "", "write the hot-lock wait distribution to this PNG file")
 	command := flag.String("command", "", "the command to record in the report (default: this program's command line)")
-	only := flag.String("only", strings.Join(names, ","), "comma-separated scenarios to run: "+strings.Join(names, ", "))
+	only := flag.String("only", strings.Join(defaults, ","), "comma-separated scenarios to run: "+strings.Join(names, ", ")+" (waiters-many only when named)")
 	libIDs := flag.String("libs", "", "comma-separated library ids to run (default: all; RedLock has dlock, dlock-watchdog and redsync)")
 	duration := flag.Duration("duration", 0, "measured window of every run (defaults: unc 2s, hot 6s, redlock 1s, watchdog 6s, waiters 3s, sem 4s)")
 	rounds := flag.Int("rounds", 0, "rounds of the uncontended (default 3), hot (default 3) and RedLock (default 2) scenarios")
 	quick := flag.Bool("quick", false, "short windows and small counts, to check that everything runs")
+	flag.IntVar(&cfg.many.waiters, "many-waiters", cfg.many.waiters, "waiters (one lock each) of the waiters-many scenario")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write a CPU profile of every worker process into this directory")
 	flag.Parse()
 	if *quick {
@@ -129,10 +142,11 @@ func run() error {
 		cfg.waitLocks, cfg.waiters, cfg.waitSettle, cfg.waitWindow = 100, 1000, time.Second, time.Second
 		cfg.redWarm, cfg.redWindow, cfg.redRounds = 300*time.Millisecond, 500*time.Millisecond, 1
 		cfg.sem.quick()
+		cfg.many.waiters, cfg.many.window = 2000, time.Second
 	}
 	if *duration > 0 {
 		cfg.uncWindow, cfg.hotWindow, cfg.redWindow = *duration, *duration, *duration
-		cfg.wdWindow, cfg.waitWindow, cfg.sem.window = *duration, *duration, *duration
+		cfg.wdWindow, cfg.waitWindow, cfg.sem.window, cfg.many.window = *duration, *duration, *duration, *duration
 	}
 	if *rounds > 0 {
 		cfg.rounds, cfg.hotRounds, cfg.redRounds = *rounds, *rounds, *rounds
@@ -150,6 +164,7 @@ func run() error {
 		}
 	}
 	if *libIDs != "" {
+		cfg.libIDs = want
 		cfg.sem.libs = slices.DeleteFunc(slices.Clone(cfg.sem.libs), func(l semLib) bool { return !slices.Contains(want, l.id) })
 	}
 	run := strings.Split(*only, ",")

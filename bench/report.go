@@ -93,6 +93,7 @@ type report struct {
 	waiters  []*waitersResult
 	red      []*redlockResult // by servers, then goroutines, then library
 	sem      []*semResult
+	many     []*manyResult
 }
 
 // uncontendedGoroutines are the concurrencies of the uncontended and
@@ -194,6 +195,9 @@ func (r *report) runAll(run []string) {
 	}
 	if slices.Contains(run, "sem") {
 		r.runSems()
+	}
+	if slices.Contains(run, "waiters-many") {
+		r.runManys()
 	}
 }
 
@@ -342,6 +346,7 @@ func (r *report) markdown(out string) string {
 	r.writeWatchdog(w)
 	r.writeWaiters(w)
 	r.writeSem(w)
+	r.writeMany(w)
 	return b.String()
 }
 

@@ -83,3 +83,26 @@ func TestHotRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestManyWaitersRuns: the many-waiters scenario parks a waiter per lock
+// on a cluster for the Mutex and the SpinLock, wakes every one after the
+// releases and none before, and only the Mutex subscribes.
+func TestManyWaitersRuns(t *testing.T) {
+	cfg := quickConfig()
+	cfg.many.waiters, cfg.many.window = 200, 500*time.Millisecond
+	for _, id := range []string{"dlock", "dlock-spin"} {
+		r, err := runMany(cfg, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Errors > 0 || r.Drained != r.Waiters || r.EarlyAcquired != 0 || r.Wake.N != r.Waiters {
+			t.Fatalf("%s: %d errors (%s), %d/%d drained, %d early, %d wake-ups", id, r.Errors, r.FirstError, r.Drained, r.Waiters, r.EarlyAcquired, r.Wake.N)
+		}
+		if want := map[string]int{"dlock": r.Waiters, "dlock-spin": 0}[id]; r.Channels != want {
+			t.Errorf("%s: %d channels while parked, want %d", id, r.Channels, want)
+		}
+		if r.RedisCPU <= 0 {
+			t.Errorf("%s: Redis CPU = %v", id, r.RedisCPU)
+		}
+	}
+}

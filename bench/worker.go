@@ -19,7 +19,7 @@ const jobEnv = "DLOCKBENCH_JOB"
 // job is one worker process's part of a scenario. Times are CLOCK_MONOTONIC
 // nanoseconds (monoNow), shared by every process on the machine.
 type job struct {
-	Mode  string // "uncontended", "hot", "watchdog", "waiters" or "redlock"
+	Mode  string // "uncontended", "hot", "watchdog", "waiters", "redlock", "sem" or "many"
 	Lib   string
 	Addr  string
 	Addrs []string // RedLock: the independent servers
@@ -43,9 +43,9 @@ type job struct {
 	// wake-up samples, the pollers' interval and the wait before a
 	// wake-up's release.
 	Permits    int
-	Hold, Poll time.Duration
+	Hold, Poll time.Duration // many waiters: Hold is the holders' lease
 	Samples    int
-	Settle2    time.Duration
+	Settle2    time.Duration // many waiters: the drain bound
 	// Profile, when set, is where the worker writes a CPU profile.
 	Profile string
 }
@@ -71,6 +71,14 @@ func runWorker() error {
 	if j.Mode == "redlock" {
 		// Its libraries are configured for several servers (redLibs).
 		res, err := redlockWorker(j)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	if j.Mode == "many" {
+		// Its lock kinds run on a cluster (manyLibs).
+		res, err := manyWorker(j)
 		if err != nil {
 			return err
 		}
@@ -116,6 +124,9 @@ func (j job) timeout() time.Duration {
 	d := time.Minute
 	if j.T1 > 0 {
 		d += time.Duration(j.T1 - monoNow())
+	}
+	if j.Mode == "many" {
+		d += j.Settle2 // its drain bound
 	}
 	return d + 2*(j.Settle+j.Window) + drainTimeout
 }
