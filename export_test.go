@@ -1,5 +1,11 @@
 package dlock
 
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
 // RedisAddr lets the external examples find the test server.
 func RedisAddr() string { return redisAddr }
 
@@ -7,3 +13,9 @@ func RedisAddr() string { return redisAddr }
 // since internal/contract imports dlock) count the locks c's watchdog
 // renews.
 func WatchdogLen(c *Client) int { return c.watchdog.Len() }
+
+// SharedSentinel and SharedCluster let the contract suite use the
+// package's shared Sentinel and cluster setups.
+func SharedSentinel(t testing.TB) *redistest.Sentinel { return sharedSentinel(t) }
+
+func SharedCluster(t testing.TB) *redistest.Cluster { return sharedCluster(t) }
