@@ -1209,6 +1209,20 @@ m "rueidis: scripts ignore ctx's deadline" dlockrueidis/driver.go \
   'cmd := toCmd(ctx, d.c.Do(ctx, d.c.B().Evalsha()' \
   'cmd := toCmd(ctx, d.c.Do(context.WithoutCancel(ctx), d.c.B().Evalsha()' \
   ./dlockrueidis '^(TestLockEndsByDeadline)$'
+# The rueidis driver hands the core replies as go-redis would: an error
+# reply as a redis.Error (the core tells NOSCRIPT, MOVED, NOPERM by it),
+# a nil reply (a script's "acquired") as redis.Nil. The contract suite
+# on rueidis (internal/contract) catches a conversion that loses either.
+m "rueidis: an error reply loses its redis.Error type" dlockrueidis/reply.go \
+  '		return replyError(re.Error())' \
+  '		return errors.New(re.Error())' \
+  ./dlockrueidis '^(TestContract)$'
+m "rueidis: a script's nil reply read as a value" dlockrueidis/reply.go \
+  '	v, err := res.ToAny()
+	if err != nil {' \
+  '	v, err := res.ToAny()
+	if err != nil && !rueidis.IsRedisNil(err) {' \
+  ./dlockrueidis '^(TestContract)$'
 # verify/: the fenced register refuses a lower token.
 m "verify: fenced register without its check" verify/worker.go \
   "if ARGV[2] == '1' then" \
