@@ -57,10 +57,6 @@ type Topology struct {
 	// Renewals, when set, returns how many locks c's watchdog renews: the
 	// suite checks that an Unlock stops the renewals.
 	Renewals func(c *dlock.Client) int
-	// Skip, when set, returns why a test cannot hold on this transport by
-	// design ("" to run it): deployment, kind and test are the subtests'
-	// names.
-	Skip func(deployment, kind, test string) string
 }
 
 // tests are the contract's tests, in the order they run.
@@ -89,28 +85,23 @@ func Run(t *testing.T, topo Topology) {
 		}
 		t.Run(d.Name, func(t *testing.T) {
 			for _, kind := range oneDeploymentKinds() {
-				runKind(t, topo, d.Name, kind, func(t *testing.T) []*Deployment { return []*Deployment{d} })
+				runKind(t, topo, kind, func(t *testing.T) []*Deployment { return []*Deployment{d} })
 			}
 		})
 	}
 	if topo.Servers != nil {
 		t.Run("Servers", func(t *testing.T) {
-			runKind(t, topo, "Servers", redLockKind(), func(t *testing.T) []*Deployment { return topo.Servers(t, 3) })
+			runKind(t, topo, redLockKind(), func(t *testing.T) []*Deployment { return topo.Servers(t, 3) })
 		})
 	}
 }
 
 // runKind runs kind's contract on the deployments that setup returns.
-func runKind(t *testing.T, topo Topology, deployment string, kind kind, setup func(t *testing.T) []*Deployment) {
+func runKind(t *testing.T, topo Topology, kind kind, setup func(t *testing.T) []*Deployment) {
 	t.Run(kind.name, func(t *testing.T) {
 		k := &contract{kind: kind, t: t, deployments: setup(t), renewals: topo.Renewals}
 		for _, c := range tests {
 			t.Run(c.name, func(t *testing.T) {
-				if topo.Skip != nil {
-					if why := topo.Skip(deployment, kind.name, c.name); why != "" {
-						t.Skip(why)
-					}
-				}
 				sub := *k
 				sub.t = t
 				c.run(&sub, sub.lockName())
