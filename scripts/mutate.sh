@@ -1211,17 +1211,20 @@ m "rueidis: scripts ignore ctx's deadline" dlockrueidis/driver.go \
   ./dlockrueidis '^(TestLockEndsByDeadline)$'
 # The rueidis driver hands the core replies as go-redis would: an error
 # reply as a redis.Error (the core tells NOSCRIPT, MOVED, NOPERM by it),
-# a nil reply (a script's "acquired") as redis.Nil. The contract suite
-# on rueidis (internal/contract) catches a conversion that loses either.
+# a nil reply as redis.Nil (HoldCount reads HGET's nil as "not held").
+# The contract suite on rueidis (internal/contract) catches a conversion
+# that loses either.
 m "rueidis: an error reply loses its redis.Error type" dlockrueidis/reply.go \
   '		return replyError(re.Error())' \
   '		return errors.New(re.Error())' \
   ./dlockrueidis '^(TestContract)$'
-m "rueidis: a script's nil reply read as a value" dlockrueidis/reply.go \
-  '	v, err := res.ToAny()
-	if err != nil {' \
-  '	v, err := res.ToAny()
-	if err != nil && !rueidis.IsRedisNil(err) {' \
+m "rueidis: a string reply's nil is not redis.Nil" dlockrueidis/commands.go \
+  '	s, err := res.ToString()
+	cmd.SetVal(s)
+	cmd.SetErr(convErr(err))' \
+  '	s, err := res.ToString()
+	cmd.SetVal(s)
+	cmd.SetErr(err)' \
   ./dlockrueidis '^(TestContract)$'
 # verify/: the fenced register refuses a lower token.
 m "verify: fenced register without its check" verify/worker.go \

@@ -24,6 +24,14 @@ type forceUnlocker interface {
 // fastWatchdog makes the watchdog notice a lost lock within ~100 ms.
 var fastWatchdog = dlock.WithWatchdogTimeout(300 * time.Millisecond)
 
+// steadyLease is the watchdog timeout of a holder whose lock must not run
+// out on its own while the test looks at it (fastWatchdog's 300 ms did,
+// on a loaded machine): it outlives a stall of over a second, and the
+// watchdog still notices a lost lock within a second.
+const steadyLease = 2 * time.Second
+
+var steadyWatchdog = dlock.WithWatchdogTimeout(steadyLease)
+
 func (k *contract) mustOpen(cs []*dlock.Client, name string, opts ...dlock.LockOption) dlock.Locker {
 	k.t.Helper()
 	l, err := k.open(cs, name, opts...)
@@ -245,7 +253,7 @@ func (k *contract) missedNotice(name string) {
 // freed again.
 func (k *contract) forceUnlock(name string) {
 	t, ctx := k.t, context.Background()
-	holder := k.mustOpen(k.newClients(fastWatchdog), name)
+	holder := k.mustOpen(k.newClients(steadyWatchdog), name)
 	f, ok := holder.(forceUnlocker)
 	if !ok {
 		t.Skipf("%s has no ForceUnlock", k.name)
@@ -301,10 +309,11 @@ func (k *contract) inspect(name string) {
 	if err := l.Unlock(lc); err != nil {
 		t.Fatal(err)
 	}
-	check("unlocked", in, ctx, false, 0, 0)
-	w := k.mustOpen(k.newClients(fastWatchdog), name)
+	// The owner of the ended lock context, whom Redis no longer has.
+	check("unlocked", in, context.WithoutCancel(lc), false, 0, 0)
+	w := k.mustOpen(k.newClients(steadyWatchdog), name)
 	wl := mustLock(t, ctx, w)
-	check("renewed", w.(inspector), wl, true, 1, 300*time.Millisecond)
+	check("renewed", w.(inspector), wl, true, 1, steadyLease)
 	if err := w.Unlock(wl); err != nil {
 		t.Fatal(err)
 	}
