@@ -257,8 +257,8 @@ m "batch: queued caller ignores its ctx" internal/transport/batch.go \
   . '^(TestBatchedScriptGivenUp)$'
 # On a cluster one frozen master would hold up every batch.
 m "batch: cluster scripts batched" internal/transport/transport.go \
-  'batcher{rdb: rdb, off: cluster, deadlines: cfg.Deadlines}' \
-  'batcher{rdb: rdb, off: cluster && false, deadlines: cfg.Deadlines}' \
+  'batcher{rdb: rdb, off: cluster, deadlines: cfg.Deadlines,' \
+  'batcher{rdb: rdb, off: cluster && false, deadlines: cfg.Deadlines,' \
   . '^(TestClusterFrozenMasterHoldsUpNoOther)$'
 # With ContextTimeoutEnabled a script with a deadline is sent alone: in a
 # batch it would run under the batch's latest deadline, or none.
