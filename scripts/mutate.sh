@@ -257,8 +257,8 @@ m "batch: queued caller ignores its ctx" internal/transport/batch.go \
   . '^(TestBatchedScriptGivenUp)$'
 # On a cluster one frozen master would hold up every batch.
 m "batch: cluster scripts batched" internal/transport/transport.go \
-  'batcher{rdb: rdb, off: cluster, deadlines: cfg.Deadlines}' \
-  'batcher{rdb: rdb, off: cluster && false, deadlines: cfg.Deadlines}' \
+  'batcher{rdb: rdb, off: cluster, deadlines: cfg.Deadlines,' \
+  'batcher{rdb: rdb, off: cluster && false, deadlines: cfg.Deadlines,' \
   . '^(TestClusterFrozenMasterHoldsUpNoOther)$'
 # With ContextTimeoutEnabled a script with a deadline is sent alone: in a
 # batch it would run under the batch's latest deadline, or none.
@@ -857,6 +857,24 @@ m "leave: lone script not re-sent after a lost reply" internal/transport/leave.g
   '_ = b.rdb.Process(context.WithoutCancel(ctx), cmd)' \
   '_ = b.rdb.Process(context.WithoutCancel(ctx), onceCmd{cmd})' \
   . '^(TestLeavingLockSurvivesLostReply)$'
+# A hand-over (one struct since the allocation trims) still passes a
+# helper's panic to the caller that waits for it, ...
+m "leave: a helper's panic swallowed" internal/transport/leave.go \
+  '		h.panicked = p' \
+  '		h.panicked = nil' \
+  . '^(TestLeavingBatchPanicReachesItsSender)$'
+# ... and a caller whose ctx ends while its script is on the wire gets the
+# script's completion to wait for before anything is given back.
+m "leave: caller left without the script's completion" internal/transport/leave.go \
+  '			h.left = true' \
+  '			h.left = false' \
+  . '^(TestLockLeavesItsScriptOnTheWire)$'
+# Run checks for NOSCRIPT only on an error (noScript), and still falls
+# back to EVAL when Redis lost its script cache.
+m "transport: NOSCRIPT not followed by EVAL" internal/transport/transport.go \
+  '	return scripts.Source(s)' \
+  '	return ""' \
+  . '^(TestScriptFlush)$'
 # The holder record lives as long as the watchdog timeout, so a dead
 # process's record goes when its locks do.
 m "record: TTL not the watchdog timeout" clientinfo.go \

@@ -78,13 +78,13 @@ func (t *Transport) CanLeave() bool { return !t.batch.off && !t.replicas.enabled
 // Only a script that queues behind a full wire is spared it (sent with a
 // batch, by the caller whose batch returns).
 func (b *batcher) processLeaving(ctx context.Context, cmd *redis.Cmd) (pending <-chan struct{}) {
-	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{}), leaving: true}
 	b.mu.Lock()
 	if b.onWire < maxOnWire {
 		b.onWire++
 		b.mu.Unlock()
 		return b.handOver(ctx, func() { _ = b.rdb.Process(context.WithoutCancel(ctx), cmd) })
 	}
+	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{}), leaving: true}
 	b.queue = append(b.queue, q)
 	b.mu.Unlock()
 
@@ -114,45 +114,54 @@ func (b *batcher) processLeaving(ctx context.Context, cmd *redis.Cmd) (pending <
 // it would have had the caller sent; once the caller has left, it goes
 // on on the helper.
 func (b *batcher) handOver(ctx context.Context, send func()) <-chan struct{} {
-	var (
-		replied  = make(chan struct{})
-		mu       sync.Mutex // orders the caller's leaving and the helper's end
-		left     bool
-		panicked any
-	)
-	b.helpers.Run(func() {
-		defer b.passOn()
-		defer func() {
-			p := recover()
-			mu.Lock()
-			panicked = p
-			gone := left
-			close(replied)
-			mu.Unlock()
-			if p != nil && gone {
-				panic(p)
-			}
-		}()
-		send()
-	})
+	h := &handing{b: b, send: send, replied: make(chan struct{})}
+	b.helpers.Run(h.run)
 	select {
-	case <-replied:
+	case <-h.replied:
 	case <-ctx.Done():
-		mu.Lock()
+		h.mu.Lock()
 		select {
-		case <-replied:
+		case <-h.replied:
 		default:
-			left = true
+			h.left = true
 		}
-		mu.Unlock()
-		if left {
-			return replied
+		h.mu.Unlock()
+		if h.left {
+			return h.replied
 		}
 	}
-	if panicked != nil {
-		panic(panicked)
+	if h.panicked != nil {
+		panic(h.panicked)
 	}
 	return nil
+}
+
+// handing is one handOver: its state in one allocation, where a closure
+// would make one per captured variable.
+type handing struct {
+	b        *batcher
+	send     func()
+	replied  chan struct{} // closed once send has returned or panicked
+	mu       sync.Mutex    // orders the caller's leaving and the helper's end
+	left     bool
+	panicked any
+}
+
+// run is the helper's part of handOver.
+func (h *handing) run() {
+	defer h.b.passOn()
+	defer func() {
+		p := recover()
+		h.mu.Lock()
+		h.panicked = p
+		gone := h.left
+		close(h.replied)
+		h.mu.Unlock()
+		if p != nil && gone {
+			panic(p)
+		}
+	}()
+	h.send()
 }
 
 // maxIdleHelpers bounds the goroutines kept idle for the sends of

@@ -243,8 +243,11 @@ func (r *Gate) close() {
 // ConnectionLost reports an error of a connection rather than of Redis: a
 // dial that failed, a connection that broke or timed out.
 func ConnectionLost(err error) bool {
+	if err == nil {
+		return false // before op escapes: every reply passes here
+	}
 	var op *net.OpError
-	return err != nil && (errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
+	return errors.As(err, &op) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // DialFailed reports a connection that could not be opened.

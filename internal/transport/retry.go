@@ -21,6 +21,9 @@ import (
 // periodic reload (60s by default), long after the cluster promoted its
 // replica.
 func (t *Transport) Reroute(ctx context.Context, err error) {
+	if err == nil {
+		return // the common case, before anything escapes to the heap
+	}
 	var reply redis.Error
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return // the caller gave up; that says nothing about the cluster

@@ -116,7 +116,7 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 		} else {
 			t.batch.process(ctx, cmd)
 		}
-		if src := scripts.Source(s); src != "" && l.Pending() == nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if src := noScript(cmd.Err(), s); src != "" && l.Pending() == nil {
 			sends = new(sendCounter)
 			cmd = newCmd(ctx, "eval", src, keys, args, sends)
 			if l != nil {
@@ -221,9 +221,20 @@ func (t *Transport) evalOnce(ctx context.Context, s *redis.Script, keys []string
 	return cmd
 }
 
+// noScript returns the source of s when err is Redis's NOSCRIPT refusal
+// of its EVALSHA, else "". A nil err, the common case, costs nothing:
+// go-redis's HasErrorPrefix allocates whatever err is.
+func noScript(err error, s *redis.Script) string {
+	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return ""
+	}
+	return scripts.Source(s)
+}
+
 // newCmd returns EVALSHA or EVAL (name) of a script (its hash or source),
-// with sends, when not nil, as its last argument.
-func newCmd(ctx context.Context, name, script string, keys []string, args []any, sends *sendCounter) *redis.Cmd {
+// with sends, when not nil, as its last argument. name is typed any so
+// that the constant the callers pass needs no allocation.
+func newCmd(ctx context.Context, name any, script string, keys []string, args []any, sends *sendCounter) *redis.Cmd {
 	cmdArgs := make([]any, 0, 4+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, name, script, len(keys))
 	for _, k := range keys {
