@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/driver"
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
@@ -156,7 +157,11 @@ func (d *rdriver) onMaster(ctx context.Context, addr string, node rueidis.Client
 // (one connection per slot) unless WithShardedPubSub(false).
 func (d *rdriver) Hub(sharded *bool, log *slog.Logger) (string, *pubsub.Hub) {
 	if d.cluster && d.sharded(sharded, log) {
-		return "spublish", pubsub.NewSharded(d.openConn, slotOf, func(context.Context) {})
+		return "spublish", pubsub.NewSharded(func(ctx context.Context, _ string) pubsub.Conn { return d.openConn(ctx) }, pubsub.Router{
+			Slot:    func(channel string) int { return int(layout.Slot(channel)) },
+			Node:    func(_ context.Context, channel string) string { return slotOf(channel) },
+			Refresh: func(context.Context) {},
+		})
 	}
 	return "publish", pubsub.New(d.openConn)
 }
