@@ -1246,7 +1246,7 @@ m "hub: one SSUBSCRIBE for every slot of a connection" internal/pubsub/hub.go \
   . '^(TestClusterHubReconnectEverySlot)$'
 m "hub: connection per slot" client.go \
   '						return m.Options().Addr' \
-  '						return strconv.Itoa(int(layout.Slot(channel)))' \
+  '						return m.Options().Addr + "/" + strconv.Itoa(int(layout.Slot(channel)))' \
   . '^(TestClusterSubscriptionsPerMaster)$'
 m "hub: a moved slot's channels not subscribed again" internal/pubsub/hub.go \
   '	h.rehomeLater(moved, 1)' \
