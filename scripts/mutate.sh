@@ -1254,7 +1254,7 @@ m "hub: a moved slot's channels not subscribed again" internal/pubsub/hub.go \
   . '^(TestClusterReshardMovesOneSlot)$'
 m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
   'bySlot[layout.Slot(ch)] = append(bySlot[layout.Slot(ch)], ch)' \
-  'bySlot[0] = append(bySlot[0], ch)' \
+  'bySlot[layout.Slot("")] = append(bySlot[layout.Slot("")], ch)' \
   ./dlockrueidis '^(TestClusterSubscriptionsPerMaster)$'
 # A Lock must not fail on the bound of an attempt handed aside, a
 # deadline its caller never set.
