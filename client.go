@@ -272,10 +272,21 @@ func shardedPubSub(rdb redis.UniversalClient, cfg config) bool {
 // broadcast over the cluster bus to every node.
 func newHub(rdb redis.UniversalClient, sharded bool) (string, *pubsub.Hub) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok && sharded {
+		// One connection per master: the hub groups channels by the
+		// address of the master the routing table names, and go-redis's
+		// cluster PubSub connects to the master of its first SSUBSCRIBE.
 		return "spublish", pubsub.NewSharded(
-			func(ctx context.Context) pubsub.Conn { return cc.SSubscribe(ctx) },
-			func(channel string) string { return strconv.Itoa(int(layout.Slot(channel))) },
-			cc.ReloadState)
+			func(ctx context.Context, _ string) pubsub.Conn { return cc.SSubscribe(ctx) },
+			pubsub.Router{
+				Slot: func(channel string) int { return int(layout.Slot(channel)) },
+				Node: func(ctx context.Context, channel string) string {
+					if m, err := cc.MasterForKey(ctx, channel); err == nil {
+						return m.Options().Addr
+					}
+					return ""
+				},
+				Refresh: cc.ReloadState,
+			})
 	}
 	return "publish", pubsub.New(func(ctx context.Context) pubsub.Conn { return rdb.Subscribe(ctx) })
 }

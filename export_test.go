@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -19,3 +20,11 @@ func WatchdogLen(c *Client) int { return c.watchdog.Len() }
 func SharedSentinel(t testing.TB) *redistest.Sentinel { return sharedSentinel(t) }
 
 func SharedCluster(t testing.TB) *redistest.Cluster { return sharedCluster(t) }
+
+// SetAsideTimeout shortens the bound of an attempt handed aside for a
+// test, and returns a function that restores it.
+func SetAsideTimeout(d time.Duration) (restore func()) {
+	old := asideTimeout
+	asideTimeout = d
+	return func() { asideTimeout = old }
+}

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
@@ -43,14 +45,23 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 		return h.sendLeaving(ctx, req, done)
 	}
 	replied := make(chan reply, 1)
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), asideTimeout)
 	h.c.runners.Run(func() {
 		defer cancel()
 		res, err := h.send(actx, req)
+		if err != nil && actx.Err() != nil {
+			err = fmt.Errorf("%w: %w", errAsideTimeout, err)
+		}
 		replied <- reply{res, err}
 	})
 	select {
 	case r := <-replied:
+		if errors.Is(r.err, errAsideTimeout) && req.wait && ctx.Err() == nil {
+			// The attempt's own bound ran out, not the caller's ctx:
+			// send gave back what it may have taken, and the next
+			// attempt waits for that (enter). Try again.
+			return attemptResult{ttl: retryPause, reason: r.err}, false, nil
+		}
 		return r.res, false, r.err
 	case <-ctx.Done():
 		h.c.work.run(h.holdKey(req.owner), func(context.Context) {
@@ -63,6 +74,16 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 		return attemptResult{}, true, ctxErr(ctx)
 	}
 }
+
+// asideTimeout bounds an attempt handed aside (sendAside), whose ctx may
+// have no deadline: cleanupTimeout, a variable for tests.
+var asideTimeout = cleanupTimeout
+
+// errAsideTimeout marks an attempt handed aside that ran out of
+// asideTimeout while its caller's ctx had not ended. The caller never set
+// that deadline, so it is not theirs to see: a Lock that waits tries
+// again after retryPause (a TryLock reports the error).
+var errAsideTimeout = errors.New("the attempt got no answer within its bound")
 
 // mayLeave reports whether an attempt that must return when its ctx ends
 // can run on the caller's goroutine, its script sent by the batcher

@@ -8,12 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
-
-func slotOf(channel string) string { return strconv.Itoa(int(layout.Slot(channel))) }
 
 func (d *rdriver) do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	return d.c.Do(ctx, cmd)

@@ -153,10 +153,12 @@ func (d *rdriver) onMaster(ctx context.Context, addr string, node rueidis.Client
 
 // Hub opens the pub/sub hub: classic PUBLISH and SUBSCRIBE on one
 // dedicated connection, or on a cluster sharded SPUBLISH and SSUBSCRIBE
-// (one connection per slot) unless WithShardedPubSub(false).
+// (one connection per master) unless WithShardedPubSub(false).
 func (d *rdriver) Hub(sharded *bool, log *slog.Logger) (string, *pubsub.Hub) {
 	if d.cluster && d.sharded(sharded, log) {
-		return "spublish", pubsub.NewSharded(d.openConn, slotOf, func(context.Context) {})
+		return "spublish", pubsub.NewSharded(func(_ context.Context, node string) pubsub.Conn {
+			return newConn(nodeClient(d.c, node))
+		}, d.hubRouter())
 	}
 	return "publish", pubsub.New(d.openConn)
 }

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
@@ -131,8 +132,13 @@ func (p *conn) open(ctx context.Context) error {
 	if len(p.chans) > 0 {
 		p.outbox = append(p.outbox, outgoing{cmd: p.c.B().Subscribe().Channel(keys(p.chans)...).Build()})
 	}
-	if len(p.schans) > 0 {
-		p.outbox = append(p.outbox, outgoing{cmd: p.c.B().Ssubscribe().Channel(keys(p.schans)...).Build()})
+	// One SSUBSCRIBE per slot: a cluster refuses one across slots.
+	bySlot := map[uint16][]string{}
+	for ch := range p.schans {
+		bySlot[layout.Slot(ch)] = append(bySlot[layout.Slot(ch)], ch)
+	}
+	for _, chans := range bySlot {
+		p.outbox = append(p.outbox, outgoing{cmd: p.c.B().Ssubscribe().Channel(chans...).Build()})
 	}
 	wrote := p.wrote
 	p.mu.Unlock()

@@ -1270,6 +1270,33 @@ m "verify: cluster master is the first server" verify/cluster.go \
   "if p.Node.Addr == addr {" \
   "if p == t.Servers[0] {" \
   ./verify '^(TestClusterTopology)$'
+# The sharded hub: one connection per master, one SSUBSCRIBE per slot
+# (a cluster refuses one across slots with CROSSSLOT), its own
+# resubscription after a reconnect, and a moved slot's channels moved.
+m "hub: one SSUBSCRIBE for every slot of a connection" internal/pubsub/hub.go \
+  'slot := h.route.Slot(name)
+			bySlot[node][slot]' \
+  'slot := 0
+			bySlot[node][slot]' \
+  . '^(TestClusterHubReconnectEverySlot)$'
+m "hub: connection per slot" client.go \
+  '						return m.Options().Addr' \
+  '						return m.Options().Addr + "/" + strconv.Itoa(int(layout.Slot(channel)))' \
+  . '^(TestClusterSubscriptionsPerMaster)$'
+m "hub: a moved slot's channels not subscribed again" internal/pubsub/hub.go \
+  '	h.rehomeLater(moved, 1)' \
+  '	_ = moved' \
+  . '^(TestClusterReshardMovesOneSlot)$'
+m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
+  'bySlot[layout.Slot(ch)] = append(bySlot[layout.Slot(ch)], ch)' \
+  'bySlot[layout.Slot("")] = append(bySlot[layout.Slot("")], ch)' \
+  ./dlockrueidis '^(TestClusterSubscriptionsPerMaster)$'
+# A Lock must not fail on the bound of an attempt handed aside, a
+# deadline its caller never set.
+m "send: an aside attempt's bound fails the Lock" send.go \
+  'if errors.Is(r.err, errAsideTimeout) && req.wait && ctx.Err() == nil {' \
+  'if false {' \
+  . '^(TestLockWithoutDeadlineOutlastsAsideBound)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

@@ -13,18 +13,24 @@
 //
 // A classic hub (New) has one connection and uses SUBSCRIBE. A sharded hub
 // (NewSharded, for Redis 7 clusters) uses SSUBSCRIBE, which a cluster serves
-// only on the nodes of the shard that owns the channel's hash slot, and keeps
-// one connection per slot: go-redis resubscribes every channel of a
-// connection with one SSUBSCRIBE after a reconnect, which a cluster refuses
-// (CROSSSLOT) when the channels span slots. When a slot moves (a reshard or
-// a failover) the cluster drops its subscribers with an unsolicited
-// SUNSUBSCRIBE; the hub then reopens the slot's connection on the new owner
-// and wakes every waiter.
+// only on the master that owns the channel's hash slot, and keeps one
+// connection per master, as Redisson multiplexes its channels over a few
+// connections per node: a Client waiting on locks in thousands of slots
+// holds as many connections as the cluster has masters, not one per slot.
+// Each SSUBSCRIBE carries the channels of one slot, since a cluster refuses
+// (CROSSSLOT) one that spans slots. For the same reason the sharded hub owns
+// reconnection: go-redis would resubscribe every channel of a connection
+// with one SSUBSCRIBE, so on a broken, silent or refused connection the hub
+// closes it and subscribes its channels again, slot by slot, on the
+// connections of the masters that own them then. When a slot moves (a
+// reshard or a failover) the cluster drops its subscribers with an
+// unsolicited SUNSUBSCRIBE; the hub then moves that slot's channels to the
+// new owner's connection, and wakes their waiters when they are confirmed.
 //
 // Each connection has a reader goroutine that also checks its health: when
 // nothing arrives for a while it sends PING, and when the PING goes
-// unanswered (a frozen server) it reopens the connection. Network errors are
-// left to go-redis, which reconnects and resubscribes.
+// unanswered (a frozen server) it reopens the connection. On a classic hub
+// network errors are left to go-redis, which reconnects and resubscribes.
 package pubsub
 
 import (
@@ -72,12 +78,29 @@ type Conn interface {
 	Close() error
 }
 
+// Router tells a sharded hub where a channel is served.
+type Router struct {
+	// Slot returns the channel's hash slot: one SSUBSCRIBE carries the
+	// channels of one slot.
+	Slot func(channel string) int
+	// Node names the master serving the channel's slot, as the routing
+	// table says now: the hub keeps one connection per name. It may
+	// return "" when it does not know; a wrong answer costs a refused
+	// SSUBSCRIBE (MOVED), after which the hub asks again.
+	Node func(ctx context.Context, channel string) string
+	// Refresh has the routing table reloaded, before channels are
+	// subscribed again after their node failed, refused or dropped them.
+	Refresh func(ctx context.Context)
+}
+
 // Hub multiplexes waiters over shared subscriptions.
 type Hub struct {
-	open    func(ctx context.Context) Conn
+	open    func(ctx context.Context, node string) Conn
 	sharded bool
-	shardOf func(channel string) string
-	refresh func(ctx context.Context)
+	route   Router
+	// life ends with Close; it bounds the goroutines that move channels.
+	life context.Context
+	end  context.CancelFunc
 
 	// OnError, if set before first use, hears of error replies to
 	// subscriptions that the hub cannot repair itself, such as a NOPERM
@@ -96,8 +119,9 @@ type Hub struct {
 	done     sync.WaitGroup
 }
 
-// shard is one subscription connection and its bookkeeping. All fields but
-// ps and stop are guarded by the hub's mutex.
+// shard is one subscription connection (of a sharded hub: to one master)
+// and its bookkeeping. All fields but ps and stop are guarded by the hub's
+// mutex.
 type shard struct {
 	key  string
 	ps   Conn
@@ -113,6 +137,8 @@ type shard struct {
 }
 
 type channel struct {
+	// shard is the connection the channel is subscribed on; nil while a
+	// sharded hub moves it to another (rehome).
 	shard   *shard
 	ready   chan struct{} // closed once the subscription is confirmed
 	waiters []*Waiter     // FIFO: unlock messages go to the longest waiter
@@ -145,22 +171,25 @@ const maxKept = 1024
 // New returns a classic hub: one connection, opened with open on first use,
 // and SUBSCRIBE. open must return a PubSub without channels.
 func New(open func(ctx context.Context) Conn) *Hub {
-	return newHub(open, false, func(string) string { return "" }, func(context.Context) {})
+	return newHub(func(ctx context.Context, _ string) Conn { return open(ctx) }, false, Router{
+		Slot:    func(string) int { return 0 },
+		Node:    func(context.Context, string) string { return "" },
+		Refresh: func(context.Context) {},
+	})
 }
 
 // NewSharded returns a hub that uses SSUBSCRIBE with one connection per
-// shard: shardOf names a channel's shard (its cluster hash slot). open must
-// return a PubSub without channels that connects, on the first SSUBSCRIBE,
-// to the node serving that channel (redis.ClusterClient.SSubscribe does).
-// refresh is called before a shard is reached again after its node failed
-// or dropped it, to have the routing table reloaded.
-func NewSharded(open func(ctx context.Context) Conn, shardOf func(channel string) string, refresh func(ctx context.Context)) *Hub {
-	return newHub(open, true, shardOf, refresh)
+// master, as r names them. open must return a PubSub without channels that
+// connects, on its first SSUBSCRIBE, to the named master (or to the master
+// serving that SSUBSCRIBE's channels: redis.ClusterClient.SSubscribe does).
+func NewSharded(open func(ctx context.Context, node string) Conn, r Router) *Hub {
+	return newHub(open, true, r)
 }
 
-func newHub(open func(ctx context.Context) Conn, sharded bool, shardOf func(string) string, refresh func(context.Context)) *Hub {
+func newHub(open func(ctx context.Context, node string) Conn, sharded bool, r Router) *Hub {
+	life, end := context.WithCancel(context.Background())
 	return &Hub{
-		open: open, sharded: sharded, shardOf: shardOf, refresh: refresh,
+		open: open, sharded: sharded, route: r, life: life, end: end,
 		shards: map[string]*shard{}, channels: map[string]*channel{},
 	}
 }
@@ -170,6 +199,7 @@ func newHub(open func(ctx context.Context) Conn, sharded bool, shardOf func(stri
 // which no message on the channel can be missed while the connection stays
 // up.
 func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
+	key := h.nodeOf(ctx, name)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -177,7 +207,6 @@ func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
 	}
 	ch := h.channels[name]
 	if ch == nil {
-		key := h.shardOf(name)
 		s := h.shards[key]
 		fresh := s == nil
 		if fresh {
@@ -199,7 +228,7 @@ func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
 			// The reader starts only now: a go-redis cluster PubSub picks
 			// its node by the channels it has when it first connects.
 			h.shards[key] = s
-			h.start(s, nil, 0)
+			h.start(s)
 		}
 		ch = &channel{shard: s, ready: make(chan struct{})}
 		s.channels++
@@ -297,6 +326,9 @@ func (w *Waiter) Close(consumed bool) {
 	}
 	delete(h.channels, w.name)
 	s := ch.shard
+	if s == nil {
+		return // being moved: rehome skips a channel gone meanwhile
+	}
 	s.channels--
 	if h.closed || h.shards[s.key] != s {
 		return
@@ -337,6 +369,7 @@ func (h *Hub) Close() error {
 		return nil
 	}
 	h.closed = true
+	h.end()
 	for _, ch := range h.channels {
 		ch.wakeAll()
 	}
@@ -350,17 +383,25 @@ func (h *Hub) Close() error {
 	return errors.Join(errs...)
 }
 
+// nodeOf names the connection a channel is subscribed on.
+func (h *Hub) nodeOf(ctx context.Context, name string) string {
+	if !h.sharded {
+		return ""
+	}
+	return h.route.Node(ctx, name)
+}
+
 // newShard returns a shard with a new PubSub; it is not started.
 func (h *Hub) newShard(ctx context.Context, key string) *shard {
-	return &shard{key: key, ps: h.open(context.WithoutCancel(ctx)), inflight: map[string]int{}}
+	return &shard{key: key, ps: h.open(context.WithoutCancel(ctx), key), inflight: map[string]int{}}
 }
 
 // start runs the shard's reader. h.mu must be held.
-func (h *Hub) start(s *shard, resubscribe []string, retries int) {
+func (h *Hub) start(s *shard) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	h.done.Add(1)
-	go h.run(ctx, s, resubscribe, retries)
+	go h.run(ctx, s)
 }
 
 // close stops the reader and closes the connection.
@@ -390,23 +431,8 @@ func (h *Hub) unsubscribe(ctx context.Context, ps Conn, names ...string) error {
 }
 
 // run reads one shard's connection until the shard is closed or replaced.
-// resubscribe are the channels of a reopened shard, subscribed first, and
-// retries how often it was reopened without success.
-func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries int) {
+func (h *Hub) run(ctx context.Context, s *shard) {
 	defer h.done.Done()
-	if retries > 0 {
-		// The shard's node failed or gave the slot away; give the
-		// routing table a moment to learn the new owner.
-		h.refresh(ctx)
-		if !sleep(ctx, backoff(retries)) {
-			return
-		}
-	}
-	if len(resubscribe) > 0 {
-		// On error go-redis keeps the channels and resubscribes them when
-		// the reader below reconnects.
-		_ = h.subscribe(ctx, s.ps, resubscribe...)
-	}
 	pinged := false
 	failures := 0
 	for {
@@ -440,6 +466,13 @@ func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries i
 			}
 			_ = s.ps.Ping(ctx)
 			pinged = true
+		case h.sharded:
+			// A broken connection: go-redis would resubscribe all its
+			// channels with one SSUBSCRIBE, which spans slots. The hub
+			// subscribes them again itself, slot by slot.
+			h.reconnecting(err)
+			h.reopen(s)
+			return
 		default:
 			// go-redis reconnects (and resubscribes) on the next read;
 			// do not spin while the server cannot be reached.
@@ -447,7 +480,7 @@ func (h *Hub) run(ctx context.Context, s *shard, resubscribe []string, retries i
 				h.reconnecting(err)
 			}
 			h.lost(s)
-			h.refresh(ctx)
+			h.route.Refresh(ctx)
 			if !sleep(ctx, backoff(failures)) {
 				return
 			}
@@ -522,15 +555,25 @@ func (h *Hub) confirmed(s *shard, name string) {
 // hub does not unsubscribe it, unless an earlier use's UNSUBSCRIBE is
 // answered while this use's SUBSCRIBE is still in flight. Otherwise the
 // server dropped the subscription: a cluster does so when the channel's
-// slot moves to another shard. The shard's connection then moves to the
-// new owner.
+// slot moves to another master. The channels of that slot then move to
+// the new owner's connection; the others stay where they are.
 func (h *Hub) dropped(s *shard, name string) {
 	ch := h.channels[name]
 	if ch == nil || ch.shard != s || s.inflight[name] > 0 {
 		return
 	}
 	h.reconnecting(errSlotMoved)
-	h.reopenLocked(s)
+	if !h.sharded {
+		h.reopenLocked(s)
+		return
+	}
+	slot := h.route.Slot(name)
+	moved := h.detach(s, func(n string) bool { return h.route.Slot(n) == slot })
+	if s.channels == 0 {
+		_ = s.close()
+		delete(h.shards, s.key)
+	}
+	h.rehomeLater(moved, 1)
 }
 
 // lost forgets the (S)SUBSCRIBE commands in flight on s when its connection
@@ -568,9 +611,14 @@ func (h *Hub) reopenLocked(s *shard) {
 	if s.channels == 0 {
 		return // the next Subscribe opens a new connection
 	}
-	ns := h.newShard(context.Background(), s.key)
+	retries := min(s.retries+1, 16)
+	if h.sharded {
+		h.rehomeLater(h.detach(s, func(string) bool { return true }), retries)
+		return
+	}
+	ns := h.newShard(h.life, s.key)
 	ns.channels = s.channels
-	ns.retries = min(s.retries+1, 16)
+	ns.retries = retries
 	var names []string
 	for name, ch := range h.channels {
 		if ch.shard == s {
@@ -580,7 +628,107 @@ func (h *Hub) reopenLocked(s *shard) {
 		}
 	}
 	h.shards[s.key] = ns
-	h.start(ns, names, ns.retries)
+	h.done.Add(1)
+	go func() {
+		defer h.done.Done()
+		// Give the server a moment; on error go-redis keeps the channels
+		// and resubscribes them when the reader reconnects.
+		if sleep(h.life, backoff(retries)) {
+			_ = h.subscribe(h.life, ns.ps, names...)
+		}
+		h.mu.Lock()
+		if h.shards[ns.key] == ns {
+			h.start(ns)
+		}
+		h.mu.Unlock()
+	}()
+}
+
+// detach takes the channels of s that match off it, to be subscribed
+// again (on a sharded hub, by rehome); h.mu must be held. Their
+// confirmation will wake every waiter: messages may be lost meanwhile.
+func (h *Hub) detach(s *shard, match func(name string) bool) []string {
+	var names []string
+	for name, ch := range h.channels {
+		if ch.shard == s && match(name) {
+			ch.shard, ch.moved = nil, true
+			delete(s.inflight, name)
+			s.channels--
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// rehomeLater subscribes channels taken off their connection again, after
+// the routing table was reloaded and a pause that grows with retries;
+// h.mu must be held.
+func (h *Hub) rehomeLater(names []string, retries int) {
+	if len(names) == 0 || h.closed {
+		return
+	}
+	h.done.Add(1)
+	go func() {
+		defer h.done.Done()
+		h.route.Refresh(h.life)
+		if !sleep(h.life, backoff(retries)) {
+			return
+		}
+		nodes := make(map[string]string, len(names))
+		for _, n := range names {
+			nodes[n] = h.route.Node(h.life, n)
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.rehome(nodes, retries)
+	}()
+}
+
+// rehome subscribes each channel still waiting for a connection on its
+// node's, opening it if need be, with one SSUBSCRIBE per slot; h.mu must
+// be held. A connection that fails is reopened, which moves its channels
+// again after a longer pause.
+func (h *Hub) rehome(nodes map[string]string, retries int) {
+	if h.closed {
+		return
+	}
+	bySlot := map[string]map[int][]string{}
+	for name, node := range nodes {
+		if ch := h.channels[name]; ch != nil && ch.shard == nil {
+			if bySlot[node] == nil {
+				bySlot[node] = map[int][]string{}
+			}
+			slot := h.route.Slot(name)
+			bySlot[node][slot] = append(bySlot[node][slot], name)
+		}
+	}
+	for node, slots := range bySlot {
+		s := h.shards[node]
+		fresh := s == nil
+		if fresh {
+			s = h.newShard(h.life, node)
+			s.retries = retries
+			h.shards[node] = s
+		}
+		var failed error
+		for _, names := range slots {
+			for _, name := range names {
+				h.channels[name].shard = s
+				s.channels++
+				s.inflight[name]++
+			}
+			if failed == nil {
+				failed = h.subscribe(h.life, s.ps, names...)
+			}
+		}
+		if fresh {
+			h.start(s)
+		}
+		if failed != nil {
+			h.reconnecting(failed)
+			h.reopenLocked(s)
+		}
+	}
 }
 
 func backoff(n int) time.Duration {
