@@ -57,7 +57,7 @@ func runWorker() error {
 	if err := json.Unmarshal([]byte(os.Getenv(jobEnv)), &j); err != nil {
 		return fmt.Errorf("bench: worker job: %w", err)
 	}
-	if j.Profile != "" {
+	if j.Profile != "" && j.Mode != "watchdog" { // the watchdog worker profiles its window
 		f, err := os.Create(j.Profile)
 		if err != nil {
 			return err

@@ -103,7 +103,7 @@ func register[T comparable](w *Watchdog[T], es ...T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, e := range es {
-		w.entries[e] = struct{}{}
+		w.entries[e] = w.now()
 	}
 }
 
