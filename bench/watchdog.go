@@ -57,6 +57,7 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 		names[i] = fmt.Sprintf("bench:wd:%d", i)
 	}
 	heap0 := heapInuse()
+	maxG := sampleMax(runtime.NumGoroutine) // while taking the locks too
 	start := time.Now()
 	unlocks, errs, first := lockAll(ctx, lk, names, j.Goroutines)
 	r.LockTime = time.Since(start)
@@ -66,7 +67,6 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 		return nil, err
 	}
 
-	maxG := sampleMax(runtime.NumGoroutine)
 	st, err := measureSteady(ctx, admin, lk, j.Settle, j.Window)
 	r.Goroutines = maxG()
 	stopProfile()

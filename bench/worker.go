@@ -128,6 +128,9 @@ func (j job) timeout() time.Duration {
 	if j.Mode == "many" {
 		d += j.Settle2 // its drain bound
 	}
+	if j.Mode == "watchdog" { // taking and releasing the locks
+		d += time.Duration(j.Locks)*200*time.Microsecond + unlockTimeout(j.Locks)
+	}
 	return d + 2*(j.Settle+j.Window) + drainTimeout
 }
 

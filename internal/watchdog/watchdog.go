@@ -35,9 +35,9 @@ type Lag struct {
 	Left int
 	// Entries is how many entries the tick had to renew.
 	Entries int
-	// Oldest is how long ago, at the end of the tick, the renewal of the
-	// entry renewed longest ago was sent (or the entry added): at most
-	// about two intervals while the watchdog keeps up.
+	// Oldest is how long ago, at the end of the tick, the last successful
+	// renewal of the entry renewed longest ago was sent (or the entry
+	// added): at most about two intervals while the watchdog keeps up.
 	Oldest time.Duration
 }
 
@@ -352,8 +352,8 @@ func (w *Watchdog[T]) chunks() []chunk[T] {
 	return append(out, last...)
 }
 
-// oldest is how long ago the renewal of the entry renewed longest ago
-// was sent.
+// oldest is how long ago the last successful renewal of the entry
+// renewed longest ago was sent.
 func (w *Watchdog[T]) oldest() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -376,17 +376,24 @@ func (w *Watchdog[T]) renewChunk(ctx context.Context, group string, chunk []T) (
 		return false, nil
 	}
 	w.mu.Lock()
-	now := w.now()
+	sent := w.now()
 	chunk = slices.DeleteFunc(chunk, func(e T) bool {
 		_, ok := w.entries[e]
-		if ok {
-			w.entries[e] = now
-		}
 		return !ok
 	})
 	w.mu.Unlock()
 	if len(chunk) == 0 {
 		return false, nil
 	}
-	return true, w.renew(ctx, group, chunk)
+	if err := w.renew(ctx, group, chunk); err != nil {
+		return true, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range chunk {
+		if _, ok := w.entries[e]; ok {
+			w.entries[e] = sent
+		}
+	}
+	return true, nil
 }
