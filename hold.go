@@ -36,7 +36,7 @@ type hold struct {
 	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(lease)
 	watchdog bool          // renewed by the watchdog, rather than a fixed lease (which it checks)
 	acqs     []*acquisition
-	token    int64       // the latest fencing token, 0 if none
+	token    int64     // the latest fencing token, 0 if none
 	until    time.Time // the local deadline
 	due      time.Time // the deadline the hold is queued at (expiry.go); not after until
 	slot     int       // the hold's index in the deadline queue; -1 when not queued
