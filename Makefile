@@ -63,6 +63,7 @@ test: redis postgres netns lint
 #   cd bench && go run . -only hot -duration 5s              # ~2 min, 3 rounds
 #   cd bench && go run . -only hot -duration 5s -rounds 1 -libs dlock,rueidislock
 #   cd bench && go run . -only sem                         # permit semaphore, ~30 s
+#   cd bench && go run . -only watchdog -libs dlock -wd-locks 1000000 -wd-lease 30s -duration 20s  # 1 M locks
 # Scenarios: unc, hot, redlock, watchdog, waiters, sem; go run . -h lists the flags.
 bench: redis
 	cd bench && $(GO) run . -out ../BENCHMARKS.md -png wait-distribution.png -command "make bench"

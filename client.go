@@ -156,6 +156,7 @@ func connect(open driver.Open, opts []Option) (*Client, error) {
 		c.drv.Reroute(context.Background(), err)
 		c.cfg.logger.Warn("dlock: lease renewal failed; retrying at the next tick", "error", err)
 	})
+	c.watchdog.ReportLag(c.renewalLag)
 	return c, nil
 }
 
@@ -183,7 +184,6 @@ func (c *Client) Close() error {
 	c.permits.close() // permit contexts
 	c.observeClosed(holds)
 	for _, hd := range holds {
-		hd.expiry.Stop()
 		for _, a := range hd.acqs {
 			a.cancel(ErrClosed)
 		}

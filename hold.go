@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -37,9 +36,10 @@ type hold struct {
 	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(lease)
 	watchdog bool          // renewed by the watchdog, rather than a fixed lease (which it checks)
 	acqs     []*acquisition
-	token    int64       // the latest fencing token, 0 if none
-	until    time.Time   // the local deadline
-	expiry   *time.Timer // fires at until
+	token    int64     // the latest fencing token, 0 if none
+	until    time.Time // the local deadline
+	due      time.Time // the deadline the hold is queued at (expiry.go); not after until
+	slot     int       // the hold's index in the deadline queue; -1 when not queued
 	// op is held while a re-entry's attempt is in flight and while an
 	// Unlock decides whether it releases the last acquisition, so that a
 	// re-entry is never counted on a hold whose release is on its way.
@@ -164,6 +164,7 @@ type registry struct {
 	mu      sync.Mutex
 	holds   map[holdKey]*hold
 	holders map[lockKey]*hold
+	dl      deadlines // the holds' local deadlines (expiry.go)
 	closed  bool
 }
 
@@ -187,6 +188,7 @@ func (r *registry) add(h *handle, req request, token int64, start time.Time, can
 		}
 		r.holds[k] = hd
 		r.holders[h.queueKey()] = hd
+		r.queue(hd)          // lost when its local deadline passes
 		h.c.watchdog.Add(hd) // renews a watched hold, checks a fixed lease
 	} else {
 		hd.extend(start) // a re-entry set the lease again
@@ -198,23 +200,20 @@ func (r *registry) add(h *handle, req request, token int64, start time.Time, can
 }
 
 // newHold returns req.owner's hold on h's lock, taken by a request sent at
-// start, with its local deadline and the timer that loses it then.
+// start, with its local deadline, not yet queued.
 func newHold(h *handle, req request, start time.Time) *hold {
 	hd := &hold{c: h.c, kind: h.kind, owner: req.owner, lease: req.lease, valid: validity(req.lease),
-		watchdog: !h.cfg.hasLease, op: make(chan struct{}, 1)}
+		watchdog: !h.cfg.hasLease, op: make(chan struct{}, 1), slot: -1}
 	hd.until = start.Add(hd.valid)
-	hd.expiry = time.AfterFunc(time.Until(hd.until), func() {
-		hd.lose(fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, h.name, hd.lease))
-	})
 	return hd
 }
 
 // extend moves the hold's local deadline after a request sent at start set
-// its lease again. The registry's mutex must be held.
+// its lease again; the deadline queue finds it moved when the hold comes
+// up. The registry's mutex must be held.
 func (hd *hold) extend(start time.Time) {
 	if until := start.Add(hd.valid); until.After(hd.until) {
 		hd.until = until
-		hd.expiry.Reset(time.Until(until))
 	}
 }
 
@@ -325,11 +324,17 @@ var (
 // context of the hold is cancelled with cause err. A hold that was already
 // released or replaced is left alone.
 func (hd *hold) lose(err error) {
-	c := hd.c
-	acqs, ok := c.holds.dropHold(hd)
+	acqs, ok := hd.c.holds.dropHold(hd)
 	if !ok {
 		return
 	}
+	hd.c.ended(hd, acqs, err)
+}
+
+// ended tells the holder of hd, which left the registry with acqs, that
+// the lock is lost with cause err: a log line, Lost, and every lock
+// context cancelled.
+func (c *Client) ended(hd *hold, acqs []*acquisition, err error) {
 	c.cfg.logger.Warn("dlock: lock lost", "lock", hd.kind.key(), "owner", hd.owner, "error", err)
 	c.observeLost(hd, acqs, err)
 	for _, a := range acqs {
@@ -350,14 +355,14 @@ func (r *registry) dropHold(hd *hold) (acqs []*acquisition, ok bool) {
 	return acqs, true
 }
 
-// drop removes a hold from the registry, the lease keeper and its timer.
-// r.mu must be held.
+// drop removes a hold from the registry, the lease keeper and the
+// deadline queue. r.mu must be held.
 func (r *registry) drop(hd *hold) {
 	delete(r.holds, hd.holdKey())
 	if qk := (lockKey{hd.kind.key(), hd.kind.role()}); r.holders[qk] == hd {
 		delete(r.holders, qk)
 	}
-	hd.expiry.Stop()
+	r.unqueue(hd)
 	hd.c.watchdog.Remove(hd)
 }
 
@@ -377,7 +382,7 @@ func (r *registry) extended(hd *hold, start time.Time, valid time.Duration) {
 	defer r.mu.Unlock()
 	if r.current(hd) {
 		hd.until = start.Add(valid)
-		hd.expiry.Reset(time.Until(hd.until))
+		r.moved(hd)
 	}
 }
 
@@ -389,5 +394,10 @@ func (r *registry) close() map[holdKey]*hold {
 	r.closed = true
 	holds := r.holds
 	r.holds, r.holders = nil, nil
+	for _, hd := range r.dl.heap {
+		hd.slot = -1
+	}
+	r.dl.heap = nil
+	r.arm() // stops the timer
 	return holds
 }

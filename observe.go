@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/watchdog"
 )
 
 // Observer receives a Client's events about its locks and synchronizers
@@ -27,6 +29,7 @@ import (
 //	a lock's hold or a permit ends        Lost
 //	  without Unlock or Release
 //	a watchdog renewal call               Renewal
+//	a watchdog tick that fell behind      RenewalLag
 //	a pub/sub connection reopened         Reconnect
 //
 // Each Semaphore Acquire is one hold (of its n permits), each Release the
@@ -68,6 +71,14 @@ type Observer struct {
 	// which renews up to WithRenewalBatchSize holds at once (the holds of
 	// locks, or the permits of one PermitSemaphore).
 	Renewal func(r RenewalInfo)
+
+	// RenewalLag is called at the end of each watchdog tick that did not
+	// renew every hold within its interval (a third of the watchdog
+	// timeout): more holds than Redis renews in that time, or a node that
+	// stopped answering. The next tick starts at once with the holds whose
+	// renewal was sent longest ago; a hold is lost only when its own
+	// lease runs out on the local clock. The Client also logs a warning.
+	RenewalLag func(r RenewalLagInfo)
 
 	// Lost is called when a hold (a lock's, or a PermitSemaphore's permit)
 	// ends without an Unlock or Release: its lease ran out before it was
@@ -187,6 +198,15 @@ type RenewalInfo struct {
 	Lost    int           // of them, those Redis no longer had (each also reported by Lost)
 	Latency time.Duration // the script call's round trip
 	Err     error         // the call's error: every hold stays as it is until the next tick
+}
+
+// RenewalLagInfo describes a watchdog tick that did not renew every hold
+// (and PermitSemaphore permit) within its interval.
+type RenewalLagInfo struct {
+	Left     int           // holds the tick did not renew in time: not sent, or not answered
+	Holds    int           // holds the tick had to renew
+	Oldest   time.Duration // the longest time since a hold's renewal was sent (or it was taken)
+	Interval time.Duration // the watchdog's interval: each hold is due for renewal this often
 }
 
 // LostCause says why a hold ended without an Unlock.
@@ -422,6 +442,22 @@ func (c *Client) observeRenewal(n int, start time.Time, alive []bool, err error)
 	for _, ob := range c.cfg.obs.list {
 		if ob.Renewal != nil {
 			ob.Renewal(r)
+		}
+	}
+}
+
+// renewalLag reports a watchdog tick that fell behind: a warning in the
+// log and RenewalLag.
+func (c *Client) renewalLag(l watchdog.Lag) {
+	r := RenewalLagInfo{Left: l.Left, Holds: l.Entries, Oldest: l.Oldest, Interval: c.cfg.watchdogTimeout / 3}
+	c.cfg.logger.Warn("dlock: lease renewals are falling behind; the holds renewed longest ago go first",
+		"left", r.Left, "holds", r.Holds, "oldest", r.Oldest, "interval", r.Interval)
+	if !c.observing() {
+		return
+	}
+	for _, ob := range c.cfg.obs.list {
+		if ob.RenewalLag != nil {
+			ob.RenewalLag(r)
 		}
 	}
 }

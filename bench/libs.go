@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,6 +199,24 @@ type dlockLocker struct {
 	clients []*dlock.Client
 	newLock func(c *dlock.Client, name string) (dlock.Locker, error)
 	handles sync.Map // name -> dlock.Locker: a handle per name, as an application keeps them
+	// Locks found lost at their unlock, by their local deadline and found
+	// gone by a renewal.
+	lostDeadline, lostGone atomic.Int64
+}
+
+func (l *dlockLocker) losses() (deadline, gone int64) {
+	return l.lostDeadline.Load(), l.lostGone.Load()
+}
+
+// countLoss counts the loss of a lock whose context ended with cause.
+func (l *dlockLocker) countLoss(cause error) {
+	switch {
+	case !errors.Is(cause, dlock.ErrLockLost):
+	case strings.Contains(cause.Error(), "ran out"):
+		l.lostDeadline.Add(1)
+	default:
+		l.lostGone.Add(1)
+	}
 }
 
 func openDlock(addr string, renewal time.Duration, newLock func(c *dlock.Client, name string) (dlock.Locker, error)) (locker, error) {
@@ -233,7 +253,12 @@ func (l *dlockLocker) lock(ctx context.Context, name string) (func(context.Conte
 	if err != nil {
 		return nil, err
 	}
-	return func(context.Context) error { return m.Unlock(lockCtx) }, nil
+	return func(context.Context) error {
+		if lockCtx.Err() != nil {
+			l.countLoss(context.Cause(lockCtx))
+		}
+		return m.Unlock(lockCtx)
+	}, nil
 }
 
 func (l *dlockLocker) roundTrips() int64 { return sumCounters(l.rts) }

@@ -40,9 +40,11 @@ type config struct {
 	hotRounds          int
 	burner             burner
 	// Watchdog scale.
-	wdLocks   int
-	wdRenewal time.Duration
-	wdWindow  time.Duration
+	wdLocks     int
+	wdRenewal   time.Duration
+	wdWindow    time.Duration
+	wdAcquirers int           // goroutines taking the locks
+	wdSettle    time.Duration // after the locks are taken, before the window (0: wdRenewal)
 	// Waiter scale.
 	waitLocks, waiters     int
 	waitSettle, waitWindow time.Duration
@@ -66,7 +68,7 @@ func defaultConfig() config {
 		uncWindow: 2 * time.Second, rounds: 3,
 		clients: 4, perClient: 4, work: 200 * time.Microsecond, think: 2 * time.Millisecond,
 		hotWindow: 6 * time.Second, hotRounds: 3, burner: newBurner(),
-		wdLocks: 10000, wdRenewal: 3 * time.Second, wdWindow: 6 * time.Second,
+		wdLocks: 10000, wdRenewal: 3 * time.Second, wdWindow: 6 * time.Second, wdAcquirers: 64,
 		waitLocks: 1000, waiters: 10000, waitSettle: 2 * time.Second, waitWindow: 3 * time.Second,
 		redWarm: 500 * time.Millisecond, redWindow: time.Second, redRounds: 2,
 		sem: defaultSemConfig(), many: defaultManyConfig(),
@@ -133,6 +135,9 @@ func run() error {
 	rounds := flag.Int("rounds", 0, "rounds of the uncontended (default 3), hot (default 3) and RedLock (default 2) scenarios")
 	quick := flag.Bool("quick", false, "short windows and small counts, to check that everything runs")
 	flag.IntVar(&cfg.many.waiters, "many-waiters", cfg.many.waiters, "waiters (one lock each) of the waiters-many scenario")
+	wdLocks := flag.Int("wd-locks", 0, "locks held in the watchdog scenario (default 10000; the scale target: -wd-locks 1000000 -wd-lease 30s -libs dlock)")
+	wdLease := flag.Duration("wd-lease", 0, "watchdog lease of the watchdog scenario, renewed every third of it (default 3s)")
+	flag.DurationVar(&cfg.wdSettle, "wd-settle", 0, "watchdog scenario: wait after the locks are taken, before the window (default: one lease)")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write a CPU profile of every worker process into this directory")
 	flag.Parse()
 	if *quick {
@@ -143,6 +148,12 @@ func run() error {
 		cfg.redWarm, cfg.redWindow, cfg.redRounds = 300*time.Millisecond, 500*time.Millisecond, 1
 		cfg.sem.quick()
 		cfg.many.waiters, cfg.many.window = 2000, time.Second
+	}
+	if *wdLocks > 0 {
+		cfg.wdLocks = *wdLocks
+	}
+	if *wdLease > 0 {
+		cfg.wdRenewal = *wdLease
 	}
 	if *duration > 0 {
 		cfg.uncWindow, cfg.hotWindow, cfg.redWindow = *duration, *duration, *duration

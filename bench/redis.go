@@ -126,6 +126,7 @@ func sampleServers(ctx context.Context, admins []*redis.Client) (serverStats, er
 type commandDelta struct {
 	subscribes int64         // pub/sub (un)subscriptions
 	total      int64         // every command executed, script-internal ones included
+	pexpires   int64         // PEXPIRE calls: leases renewed, in the watchdog scenario
 	cpu        time.Duration // server CPU time
 }
 
@@ -138,6 +139,9 @@ func (b serverStats) delta(a serverStats) commandDelta {
 		}
 		n -= a.calls[cmd]
 		d.total += n
+		if cmd == "pexpire" {
+			d.pexpires += n
+		}
 		if slices.Contains(subscribeCommands, cmd) {
 			d.subscribes += n
 		}

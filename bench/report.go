@@ -510,13 +510,20 @@ func (r *report) writeWatchdog(w writer) {
 	}
 	cfg := r.cfg
 	w("## Watchdog scale\n\n")
-	w("%d locks held by one process; lease %v renewed every %v (peers without a watchdog: a refresh goroutine per lock); window %v after %v.\n\n",
-		cfg.wdLocks, cfg.wdRenewal, cfg.wdRenewal/3, cfg.wdWindow, cfg.wdRenewal)
-	t := newTable("library", "held", "round trips/s", "executed/s", "client CPU", "Redis CPU", "goroutines", "time to take all locks", "keys left", "memory left")
+	w("%d locks taken by %d goroutines and held by one process; lease %v renewed every %v (peers without a watchdog: a refresh goroutine per lock); window %v after %v. "+
+		"Lost: locks whose context ended with ErrLockLost by the local deadline / because a renewal found them gone (dlock). Client heap: HeapInuse after GC with every lock held, less before, per lock (the bench's names and handles included).\n\n",
+		cfg.wdLocks, cfg.wdAcquirers, cfg.wdRenewal, cfg.wdRenewal/3, cfg.wdWindow, cmp.Or(cfg.wdSettle, cfg.wdRenewal))
+	t := newTable("library", "held", "lost: deadline/gone", "round trips/s", "executed/s", "renewed/s", "client CPU", "Redis CPU", "Redis µs/renewal",
+		"client heap/lock", "goroutines", "time to take all locks", "keys left", "memory left")
 	for _, x := range r.watchdog {
-		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmt.Sprintf("%d/%d", x.Held, x.Locks), fmtRate(x.RenewPerSec), fmtRate(x.TotalPerSec),
-			pct(x.ClientCPU, x.Window), pct(x.RedisCPU, x.Window), fmt.Sprint(x.Goroutines), x.LockTime.Round(time.Millisecond).String(),
-			fmt.Sprint(x.Left.Keys()), fmtBytes(x.Left.Mem()))
+		perRenewal := "–"
+		if x.Renewed > 0 {
+			perRenewal = fmt.Sprintf("%.2f", float64(x.RedisCPU.Microseconds())/float64(x.Renewed))
+		}
+		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmt.Sprintf("%d/%d", x.Held, x.Locks), fmt.Sprintf("%d/%d", x.LostDeadline, x.LostGone),
+			fmtRate(x.RenewPerSec), fmtRate(x.TotalPerSec), fmtRate(float64(x.Renewed)/x.Window.Seconds()),
+			pct(x.ClientCPU, x.Window), pct(x.RedisCPU, x.Window), perRenewal, fmtBytes(int64(x.HeapPerLock)), fmt.Sprint(x.Goroutines),
+			x.LockTime.Round(time.Millisecond).String(), fmt.Sprint(x.Left.Keys()), fmtBytes(x.Left.Mem()))
 	}
 	w("%s\n", t)
 }

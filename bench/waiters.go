@@ -55,7 +55,7 @@ func waitersWorker(j job, l lib) (*waitersResult, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("bench:w:%d", i)
 	}
-	holds, errs, first := lockAll(ctx, lk, names)
+	holds, errs, first := lockAll(ctx, lk, names, 32)
 	r.Errors, r.FirstError = errs, first
 
 	var ms0, ms1 runtime.MemStats

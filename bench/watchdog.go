@@ -1,9 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +25,17 @@ type watchdogResult struct {
 	TotalPerSec         float64 // commands the server executed per second
 	ClientCPU, RedisCPU time.Duration
 	Window              time.Duration
-	Goroutines          int // goroutines in the process while holding
-	Errors              int
-	FirstError          string
-	Left                footprint
+	Goroutines          int     // goroutines in the process while holding (the most seen in the window)
+	Renewed             int64   // leases renewed in the window (PEXPIRE calls)
+	HeapPerLock         float64 // HeapInuse after GC with every lock held, less before, per lock
+	// Lost locks, by the reason their lock context gave (dlock only):
+	// the local deadline passed before a renewal confirmed the lease, or
+	// a renewal found the lock gone from Redis (which no one else touches
+	// here: a lease that ran out in Redis before its local deadline).
+	LostDeadline, LostGone int64
+	Errors                 int
+	FirstError             string
+	Left                   footprint
 }
 
 // watchdogWorker takes j.Locks locks whose leases are renewed every
@@ -45,15 +56,24 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 	for i := range names {
 		names[i] = fmt.Sprintf("bench:wd:%d", i)
 	}
+	heap0 := heapInuse()
+	maxG := sampleMax(runtime.NumGoroutine) // while taking the locks too
 	start := time.Now()
-	unlocks, errs, first := lockAll(ctx, lk, names)
+	unlocks, errs, first := lockAll(ctx, lk, names, j.Goroutines)
 	r.LockTime = time.Since(start)
-
-	st, err := measureSteady(ctx, admin, lk, j.Settle, j.Window)
+	r.HeapPerLock = float64(heapInuse()-heap0) / float64(j.Locks)
+	stopProfile, err := profileWindow(j.Profile)
 	if err != nil {
 		return nil, err
 	}
-	r.Goroutines = runtime.NumGoroutine()
+
+	st, err := measureSteady(ctx, admin, lk, j.Settle, j.Window)
+	r.Goroutines = maxG()
+	stopProfile()
+	if err != nil {
+		return nil, err
+	}
+	r.Renewed = st.server.pexpires
 	r.RenewPerSec = float64(st.roundTrips) / j.Window.Seconds()
 	r.TotalPerSec = float64(st.server.total) / j.Window.Seconds()
 	r.ClientCPU, r.RedisCPU = st.clientCPU, st.server.cpu
@@ -73,15 +93,82 @@ func watchdogWorker(j job, l lib) (*watchdogResult, error) {
 	}
 	n, uFirst := unlockAll(ctx, unlocks)
 	r.Errors = errs + n
+	if lc, ok := lk.(lossCounter); ok {
+		r.LostDeadline, r.LostGone = lc.losses()
+	}
 	if r.FirstError = first; first == "" {
 		r.FirstError = uFirst
 	}
 	return r, nil
 }
 
+// profileWindow writes a heap profile to path+".heap" now, and starts a
+// CPU profile into path, which the returned function stops; nothing when
+// path is empty.
+func profileWindow(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	h, err := os.Create(path + ".heap")
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if err := pprof.Lookup("heap").WriteTo(h, 0); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// heapInuse returns the heap in use after a collection.
+func heapInuse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// sampleMax samples f every 50 ms until the returned function is called,
+// which returns the largest value seen.
+func sampleMax(f func() int) func() int {
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		most := f()
+		for {
+			select {
+			case <-stop:
+				done <- max(most, f())
+				return
+			case <-t.C:
+				most = max(most, f())
+			}
+		}
+	}()
+	return func() int { close(stop); return <-done }
+}
+
+// lossCounter is a locker that tells why the locks it gave up were lost.
+type lossCounter interface {
+	// losses counts the locks found lost at their unlock: by their local
+	// deadline, and found gone from Redis by a renewal.
+	losses() (deadline, gone int64)
+}
+
 // unlockTimeout bounds the release of every lock at the end of the
-// watchdog and waiter scenarios.
-const unlockTimeout = 30 * time.Second
+// watchdog and waiter scenarios: 30 s, and 100 µs more per lock.
+func unlockTimeout(locks int) time.Duration {
+	return 30*time.Second + time.Duration(locks)*100*time.Microsecond
+}
 
 // unlockAll releases every lock, 32 at a time, and counts the failures. A
 // release that has not returned after unlockTimeout counts as failed and
@@ -118,24 +205,24 @@ func unlockAll(ctx context.Context, unlocks []func(context.Context) error) (errs
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(unlockTimeout):
+	case <-time.After(unlockTimeout(len(unlocks))):
 		mu.Lock()
 		defer mu.Unlock()
 		left := len(unlocks) - int(next.Load()) + 32
-		return int(failed.Load()) + left, fmt.Sprintf("releasing the locks had not finished after %v (hung in the library)", unlockTimeout)
+		return int(failed.Load()) + left, fmt.Sprintf("releasing the locks had not finished after %v (hung in the library)", unlockTimeout(len(unlocks)))
 	}
 	return int(failed.Load()), first
 }
 
-// lockAll takes every lock in names, 32 at a time, and returns their
+// lockAll takes every lock in names, n at a time, and returns their
 // unlock functions. A lock not taken within opTimeout is given up and
 // counted as an error; its unlock function is nil.
-func lockAll(ctx context.Context, lk locker, names []string) (unlocks []func(context.Context) error, errs int, first string) {
+func lockAll(ctx context.Context, lk locker, names []string, n int) (unlocks []func(context.Context) error, errs int, first string) {
 	unlocks = make([]func(context.Context) error, len(names))
 	var next atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range 32 {
+	for range n {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
@@ -180,7 +267,7 @@ func runWatchdog(cfg config, l lib) (*watchdogResult, error) {
 	}
 	defer srv.Close()
 	j := job{Mode: "watchdog", Lib: l.id, Addr: srv.Addr(), Locks: cfg.wdLocks,
-		Renewal: cfg.wdRenewal, Settle: cfg.wdRenewal, Window: cfg.wdWindow}
+		Goroutines: cfg.wdAcquirers, Profile: profilePath(cfg, "watchdog-"+l.id), Renewal: cfg.wdRenewal, Settle: cmp.Or(cfg.wdSettle, cfg.wdRenewal), Window: cfg.wdWindow}
 	r := &watchdogResult{}
 	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{r})
 	if err != nil {
@@ -188,4 +275,12 @@ func runWatchdog(cfg config, l lib) (*watchdogResult, error) {
 	}
 	r.Left = left
 	return r, nil
+}
+
+// profilePath is where a worker profiles its run, "" without -profile.
+func profilePath(cfg config, name string) string {
+	if cfg.profileDir == "" {
+		return ""
+	}
+	return filepath.Join(cfg.profileDir, name+".pprof")
 }

@@ -57,7 +57,7 @@ func runWorker() error {
 	if err := json.Unmarshal([]byte(os.Getenv(jobEnv)), &j); err != nil {
 		return fmt.Errorf("bench: worker job: %w", err)
 	}
-	if j.Profile != "" {
+	if j.Profile != "" && j.Mode != "watchdog" { // the watchdog worker profiles its window
 		f, err := os.Create(j.Profile)
 		if err != nil {
 			return err
@@ -127,6 +127,9 @@ func (j job) timeout() time.Duration {
 	}
 	if j.Mode == "many" {
 		d += j.Settle2 // its drain bound
+	}
+	if j.Mode == "watchdog" { // taking and releasing the locks
+		d += time.Duration(j.Locks)*200*time.Microsecond + unlockTimeout(j.Locks)
 	}
 	return d + 2*(j.Settle+j.Window) + drainTimeout
 }

@@ -224,6 +224,23 @@ m "watchdog does not report a lost lock" renew.go \
   'hd.lose(fmt.Errorf("%w: %q: the watchdog found it released' \
   '_ = fmt.Sprint(fmt.Errorf("%w: %q: the watchdog found it released' \
   . '^(TestLostWhenDeleted)$'
+# Past capacity a tick starts with the entries renewed longest ago, so
+# that every entry is renewed in turn.
+m "watchdog: past capacity, not oldest first" internal/watchdog/watchdog.go \
+  'return cmp.Compare(a.at, b.at)' \
+  'return cmp.Compare(b.at, a.at)' \
+  ./internal/watchdog '^(TestPastCapacityRenewsInTurnAndReportsLag)$'
+# A tick that fell behind is reported: RenewalLag and a log line.
+m "renewal lag not reported" client.go \
+  '	c.watchdog.ReportLag(c.renewalLag)' \
+  '	c.watchdog.ReportLag(func(watchdog.Lag) {})' \
+  . '^(TestRenewalsPastCapacity)$'
+# The deadline queue finds a renewed hold's deadline moved and queues it
+# again, rather than losing it at the deadline it was queued at.
+m "deadline queue: a renewed hold lost at its first deadline" expiry.go \
+  'if hd.until.After(now) {' \
+  'if false && hd.until.After(now) {' \
+  . '^(TestWatchdogKeepsLock)$'
 # A release that fails while Redis restarts is sent again in the
 # background, and so is the give-back of an attempt whose reply was lost:
 # otherwise the lock stays taken for its lease. (The chaos scenario

@@ -10,14 +10,36 @@
 // A tick has one deadline, the next tick, and renews its chunks a few at a
 // time concurrently: a node that stopped answering then costs its own
 // chunks their renewal, never the chunks bound for healthy nodes.
+//
+// Past capacity (more entries than the renew function gets through in an
+// interval) a tick ends at its deadline with entries left, and the next
+// one starts at once (ticks never pile up): it renews first the entries
+// whose renewal was sent longest ago, so that every entry is renewed in
+// turn, as often as the capacity allows, rather than some every tick and
+// others never; and each such tick is reported (ReportLag).
 package watchdog
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
 	"time"
 )
+
+// Lag describes a tick that did not renew every entry within its
+// interval.
+type Lag struct {
+	// Left is how many entries the tick did not renew: not sent before
+	// its deadline, or sent and not answered by then.
+	Left int
+	// Entries is how many entries the tick had to renew.
+	Entries int
+	// Oldest is how long ago, at the end of the tick, the last successful
+	// renewal of the entry renewed longest ago was sent (or the entry
+	// added): at most about two intervals while the watchdog keeps up.
+	Oldest time.Duration
+}
 
 const (
 	// parallel is how many chunks a tick renews at once. More would only
@@ -46,9 +68,12 @@ type Watchdog[T comparable] struct {
 	renew    Renew[T]
 	onError  func(error)
 	behind   map[string]bool // groups whose last renewal failed; used by the running tick only
+	lagging  bool            // the last tick left entries unrenewed; used by the running tick only
+	onLag    func(Lag)
+	epoch    time.Time // stamps count from it
 
 	mu      sync.Mutex
-	entries map[T]struct{}
+	entries map[T]int64        // per entry, when its renewal was last sent (or it was added), since epoch
 	stop    context.CancelFunc // stops the running loop; nil when idle
 	loops   int                // loops started, for tests
 	closed  bool
@@ -66,10 +91,18 @@ func New[T comparable](interval time.Duration, batch int, group func(T) string, 
 	}
 	return &Watchdog[T]{
 		interval: interval, batch: batch, parallel: parallel, grace: interval / graceShare,
-		group: group, renew: renew, onError: onError,
-		entries: map[T]struct{}{},
+		group: group, renew: renew, onError: onError, onLag: func(Lag) {},
+		entries: map[T]int64{}, epoch: time.Now(),
 	}
 }
+
+// ReportLag makes the watchdog call f at the end of every tick that did
+// not renew every entry within its interval. Call it before the first
+// Add.
+func (w *Watchdog[T]) ReportLag(f func(Lag)) { w.onLag = f }
+
+// now is the time since epoch, the entries' stamps.
+func (w *Watchdog[T]) now() int64 { return int64(time.Since(w.epoch)) }
 
 // Add registers an entry; the loop starts with the first one. Add after
 // Close does nothing and returns false.
@@ -79,7 +112,9 @@ func (w *Watchdog[T]) Add(e T) bool {
 	if w.closed {
 		return false
 	}
-	w.entries[e] = struct{}{}
+	if _, ok := w.entries[e]; !ok {
+		w.entries[e] = w.now()
+	}
 	if w.stop == nil {
 		var ctx context.Context
 		ctx, w.stop = context.WithCancel(context.Background())
@@ -179,27 +214,16 @@ func (w *Watchdog[T]) tick(ctx context.Context) {
 	tickCtx, cancel := context.WithTimeout(ctx, w.interval)
 	defer cancel()
 
-	groups := map[string][]T{}
-	w.mu.Lock()
-	for e := range w.entries {
-		g := w.group(e)
-		groups[g] = append(groups[g], e)
+	chunks := w.chunks()
+	entries := 0
+	for _, c := range chunks {
+		entries += len(c.entries)
 	}
-	w.mu.Unlock()
-	order := make([]string, 0, len(groups))
-	var last []string
-	for g := range groups {
-		if w.behind[g] {
-			last = append(last, g)
-		} else {
-			order = append(order, g)
-		}
-	}
-	order = append(order, last...)
 
 	var (
 		mu      sync.Mutex            // guards pending, failed, running
 		pending = map[string]int{}    // per group: chunks started and not finished
+		left    = 0                   // entries in chunks not renewed in time
 		failed  = map[string]bool{}   // per group that called renew: whether a call failed
 		running = 1                   // chunks not finished, plus 1 while dispatching
 		done    = make(chan struct{}) // closed when running drops to 0
@@ -210,46 +234,51 @@ func (w *Watchdog[T]) tick(ctx context.Context) {
 			close(done)
 		}
 	}
+	sent := 0
 dispatch:
-	for _, g := range order {
-		for chunk := range slices.Chunk(groups[g], w.batch) {
-			select {
-			case slots <- struct{}{}:
-			case <-tickCtx.Done():
-				break dispatch
+	for _, c := range chunks {
+		g, chunk := c.group, c.entries
+		select {
+		case slots <- struct{}{}:
+		case <-tickCtx.Done():
+			break dispatch
+		}
+		sent++
+		mu.Lock()
+		pending[g]++
+		running++
+		left += len(chunk)
+		mu.Unlock()
+		w.running.Add(1)
+		go func() {
+			defer w.running.Done()
+			// A chunk still unanswered after grace is most likely
+			// waiting for a node that stopped answering: it gives up
+			// its slot (but goes on waiting), so that even many such
+			// chunks cannot starve the others. At worst every chunk
+			// of the tick has a goroutine.
+			free := time.AfterFunc(w.grace, func() { <-slots })
+			ok, err := w.renewChunk(tickCtx, g, chunk)
+			if free.Stop() {
+				<-slots
+			}
+			// A renewal cut short by the tick's deadline is reported
+			// (the caller may learn from a timeout that a node is
+			// gone), one cut short by Close is not.
+			if ok && err != nil && ctx.Err() == nil {
+				w.onError(err)
 			}
 			mu.Lock()
-			pending[g]++
-			running++
-			mu.Unlock()
-			w.running.Add(1)
-			go func() {
-				defer w.running.Done()
-				// A chunk still unanswered after grace is most likely
-				// waiting for a node that stopped answering: it gives up
-				// its slot (but goes on waiting), so that even many such
-				// chunks cannot starve the others. At worst every chunk
-				// of the tick has a goroutine.
-				free := time.AfterFunc(w.grace, func() { <-slots })
-				ok, err := w.renewChunk(tickCtx, g, chunk)
-				if free.Stop() {
-					<-slots
-				}
-				// A renewal cut short by the tick's deadline is reported
-				// (the caller may learn from a timeout that a node is
-				// gone), one cut short by Close is not.
-				if ok && err != nil && ctx.Err() == nil {
-					w.onError(err)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				pending[g]--
-				if ok {
-					failed[g] = failed[g] || err != nil
-				}
-				finish()
-			}()
-		}
+			defer mu.Unlock()
+			pending[g]--
+			if tickCtx.Err() == nil {
+				left -= len(chunk) // answered (or failed) in time
+			}
+			if ok {
+				failed[g] = failed[g] || err != nil
+			}
+			finish()
+		}()
 	}
 	mu.Lock()
 	finish()
@@ -262,13 +291,78 @@ dispatch:
 	mu.Lock()
 	defer mu.Unlock()
 	behind := map[string]bool{}
-	for g := range groups {
-		f, called := failed[g]
-		if pending[g] > 0 || f || !called && w.behind[g] {
-			behind[g] = true
+	for _, c := range chunks {
+		f, called := failed[c.group]
+		if pending[c.group] > 0 || f || !called && w.behind[c.group] {
+			behind[c.group] = true
 		}
 	}
 	w.behind = behind
+	for _, c := range chunks[sent:] {
+		left += len(c.entries)
+	}
+	w.lagging = left > 0 && ctx.Err() == nil
+	if w.lagging {
+		w.onLag(Lag{Left: left, Entries: entries, Oldest: w.oldest()})
+	}
+}
+
+// chunk is a part of a group's entries renewed by one call.
+type chunk[T any] struct {
+	group   string
+	entries []T
+}
+
+// chunks cuts the registered entries into the chunks of a tick, in the
+// order they are sent: those of groups whose last renewal failed or hung
+// after the others. After a tick that left entries unrenewed, entries
+// whose renewal was sent longest ago come first (within each of those
+// two parts), so that the next tick starts with those the last one did
+// not reach.
+func (w *Watchdog[T]) chunks() []chunk[T] {
+	type stamped struct {
+		e  T
+		at int64
+	}
+	w.mu.Lock()
+	all := make([]stamped, 0, len(w.entries))
+	for e, at := range w.entries {
+		all = append(all, stamped{e, at})
+	}
+	w.mu.Unlock()
+	if w.lagging {
+		slices.SortFunc(all, func(a, b stamped) int { return cmp.Compare(a.at, b.at) })
+	}
+	var out, last []chunk[T]
+	open := map[string]int{} // per group, the index in out or last of its chunk being filled
+	for _, s := range all {
+		g := w.group(s.e)
+		list := &out
+		if w.behind[g] {
+			list = &last
+		}
+		i, ok := open[g]
+		if !ok || len((*list)[i].entries) == w.batch {
+			*list = append(*list, chunk[T]{group: g, entries: make([]T, 0, min(w.batch, len(all)))})
+			i = len(*list) - 1
+			open[g] = i
+		}
+		(*list)[i].entries = append((*list)[i].entries, s.e)
+	}
+	return append(out, last...)
+}
+
+// oldest is how long ago the last successful renewal of the entry
+// renewed longest ago was sent.
+func (w *Watchdog[T]) oldest() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	var most int64
+	for _, at := range w.entries {
+		most = max(most, now-at)
+	}
+	return time.Duration(most)
 }
 
 // renewChunk renews the entries of chunk that are still registered, unless
@@ -282,6 +376,7 @@ func (w *Watchdog[T]) renewChunk(ctx context.Context, group string, chunk []T) (
 		return false, nil
 	}
 	w.mu.Lock()
+	sent := w.now()
 	chunk = slices.DeleteFunc(chunk, func(e T) bool {
 		_, ok := w.entries[e]
 		return !ok
@@ -290,5 +385,15 @@ func (w *Watchdog[T]) renewChunk(ctx context.Context, group string, chunk []T) (
 	if len(chunk) == 0 {
 		return false, nil
 	}
-	return true, w.renew(ctx, group, chunk)
+	if err := w.renew(ctx, group, chunk); err != nil {
+		return true, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range chunk {
+		if _, ok := w.entries[e]; ok {
+			w.entries[e] = sent
+		}
+	}
+	return true, nil
 }

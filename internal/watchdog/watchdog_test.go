@@ -103,7 +103,7 @@ func register[T comparable](w *Watchdog[T], es ...T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, e := range es {
-		w.entries[e] = struct{}{}
+		w.entries[e] = w.now()
 	}
 }
 
@@ -414,4 +414,74 @@ func TestTickRenewsFailedGroupsLast(t *testing.T) {
 	if len(w.behind) != 0 {
 		t.Fatalf("groups behind after a tick without failures: %v", w.behind)
 	}
+}
+
+// TestPastCapacityRenewsInTurnAndReportsLag: when the renew function gets
+// through only a part of the entries in an interval (one at a time, as
+// Redis runs one script at a time), every tick ends with entries left and
+// reports it, the next tick starts with the entries renewed longest ago,
+// so that every entry is renewed in turn: no entry is renewed much more
+// often than another, none is left behind.
+func TestPastCapacityRenewsInTurnAndReportsLag(t *testing.T) {
+	const (
+		entries  = 30
+		interval = 40 * time.Millisecond
+		cost     = 8 * time.Millisecond // about 5 renewals per tick
+	)
+	var (
+		busy sync.Mutex // one renewal at a time
+		r    = &renewals{seen: map[int]int{}}
+		lags atomic.Int64
+	)
+	slow := func(ctx context.Context, g string, chunk []int) error {
+		busy.Lock()
+		defer busy.Unlock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(cost) // the renewal's cost, not synchronisation
+		if err := ctx.Err(); err != nil {
+			return err // cut short: not renewed
+		}
+		return r.renew(ctx, g, chunk)
+	}
+	w := New(interval, 1, func(int) string { return "g" }, slow, nil)
+	w.ReportLag(func(l Lag) {
+		if l.Left <= 0 || l.Entries != entries || l.Oldest <= 0 {
+			t.Errorf("lag reported as %+v for %d entries", l, entries)
+		}
+		lags.Add(1)
+	})
+	defer w.Close()
+	for e := range entries {
+		w.Add(e)
+	}
+	// Until every entry was renewed 3 times: about 18 ticks in turn.
+	eventually2 := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within a minute: %s (renewals per entry %v)", what, r.counts(entries))
+			}
+		}
+	}
+	eventually2("every entry renewed 3 times", func() bool { return slices.Min(r.counts(entries)) >= 3 })
+	counts := r.counts(entries)
+	if most := slices.Max(counts); most > 3+3 {
+		t.Errorf("renewals per entry %v: an entry renewed %d times while another only 3, want in turn", counts, most)
+	}
+	if lags.Load() == 0 {
+		t.Error("no lag reported while every tick left entries unrenewed")
+	}
+}
+
+// counts returns how many times each of the entries 0..n-1 was renewed.
+func (r *renewals) counts(n int) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]int, n)
+	for e := range n {
+		out[e] = r.seen[e]
+	}
+	return out
 }

@@ -1,0 +1,179 @@
+package dlock
+
+import (
+	"fmt"
+	"time"
+)
+
+// The local deadlines of a Client's holds, in one queue with one timer.
+//
+// A hold is lost when its local deadline passes before a renewal confirms
+// its lease. A timer per hold did that with a goroutine per firing: when
+// renewals fell behind (more holds than Redis renews in a lease), every
+// overdue hold started its own goroutine, and hundreds of thousands of
+// them piled up on the registry's mutex while the watchdog needed it. The
+// queue is a min-heap of the holds by the deadline they are queued at,
+// and one timer per Client fires at the earliest: its sweep ends, in one
+// goroutine, every hold whose deadline has passed.
+//
+// A renewal moves a hold's deadline later without touching the queue
+// (the common case, a hundred thousand times a second at a million
+// holds): the sweep finds the hold's deadline moved when the hold comes
+// up, and queues it again at its new deadline. Only a deadline moved
+// earlier (Extend with a shorter lease) moves the hold up the queue.
+
+// sweepBatch is how many due holds a sweep handles per hold of the
+// registry's mutex, so that Lock and Unlock wait for at most that many.
+const sweepBatch = 1024
+
+// deadlines is the queue; the registry's mutex guards it.
+type deadlines struct {
+	heap  []*hold     // by hold.due, earliest first
+	timer *time.Timer // fires sweep at heap[0].due; nil before the first hold
+	armed time.Time   // when timer fires; zero when stopped
+}
+
+// queue adds hd at its deadline. r.mu must be held.
+func (r *registry) queue(hd *hold) {
+	hd.due = hd.until
+	hd.slot = len(r.dl.heap)
+	r.dl.heap = append(r.dl.heap, hd)
+	r.up(hd.slot)
+	r.arm()
+}
+
+// unqueue removes hd from the queue, if it is there. r.mu must be held.
+func (r *registry) unqueue(hd *hold) {
+	i := hd.slot
+	if i < 0 {
+		return
+	}
+	last := len(r.dl.heap) - 1
+	r.swap(i, last)
+	r.dl.heap[last] = nil
+	r.dl.heap = r.dl.heap[:last]
+	hd.slot = -1
+	if i < last {
+		r.down(i)
+		r.up(i)
+	}
+	r.arm()
+}
+
+// moved tells the queue that hd's deadline changed: a deadline moved
+// earlier moves it up the queue now; a later one waits for the sweep.
+// r.mu must be held.
+func (r *registry) moved(hd *hold) {
+	if hd.slot < 0 || !hd.until.Before(hd.due) {
+		return
+	}
+	hd.due = hd.until
+	r.up(hd.slot)
+	r.arm()
+}
+
+// arm sets the timer to the earliest deadline queued, or stops it when
+// the queue is empty. r.mu must be held.
+func (r *registry) arm() {
+	if len(r.dl.heap) == 0 {
+		if r.dl.timer != nil && !r.dl.armed.IsZero() {
+			r.dl.timer.Stop()
+			r.dl.armed = time.Time{}
+		}
+		return
+	}
+	at := r.dl.heap[0].due
+	switch {
+	case at.Equal(r.dl.armed):
+	case r.dl.timer == nil:
+		r.dl.timer = time.AfterFunc(time.Until(at), r.sweep)
+	default:
+		r.dl.timer.Reset(time.Until(at))
+	}
+	r.dl.armed = at
+}
+
+// sweep ends every hold whose local deadline has passed: each leaves the
+// registry, and its lock contexts are cancelled with ErrLockLost. A hold
+// whose deadline a renewal moved is queued again at it. It runs on the
+// timer's goroutine; two sweeps may overlap and share the work.
+func (r *registry) sweep() {
+	for {
+		lost, more := r.sweepSome(time.Now())
+		for _, l := range lost {
+			l.hd.c.ended(l.hd, l.acqs, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, l.hd.kind.key(), l.hd.lease))
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// sweepSome takes up to sweepBatch holds whose deadline has passed at now
+// out of the registry and returns them, with more set when others may
+// remain; and re-arms the timer.
+func (r *registry) sweepSome(now time.Time) (lost []lostHold, more bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dl.armed = time.Time{} // the timer fired, or a sweep is under way
+	defer r.arm()
+	for n := 0; len(r.dl.heap) > 0 && !r.dl.heap[0].due.After(now); n++ {
+		if n == sweepBatch {
+			return lost, true
+		}
+		hd := r.dl.heap[0]
+		if hd.until.After(now) { // renewed meanwhile: queue it at its deadline
+			hd.due = hd.until
+			r.down(0)
+			continue
+		}
+		r.drop(hd) // unqueues it
+		lost = append(lost, lostHold{hd, hd.acqs})
+		hd.acqs = nil
+	}
+	return lost, false
+}
+
+// lostHold is a hold that sweep took out of the registry, with the
+// acquisitions whose lock contexts it ends.
+type lostHold struct {
+	hd   *hold
+	acqs []*acquisition
+}
+
+func (r *registry) less(i, j int) bool { return r.dl.heap[i].due.Before(r.dl.heap[j].due) }
+
+func (r *registry) swap(i, j int) {
+	h := r.dl.heap
+	h[i], h[j] = h[j], h[i]
+	h[i].slot, h[j].slot = i, j
+}
+
+func (r *registry) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !r.less(i, p) {
+			return
+		}
+		r.swap(i, p)
+		i = p
+	}
+}
+
+func (r *registry) down(i int) {
+	n := len(r.dl.heap)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && r.less(c+1, c) {
+			c++
+		}
+		if !r.less(c, i) {
+			return
+		}
+		r.swap(i, c)
+		i = c
+	}
+}
