@@ -52,11 +52,11 @@ end
 local now = nowMillis()
 -- head is the queue's head waiter: read once, after the purge of dead
 -- heads while the lock is free; headDeadline its deadline then.
-local head, headDeadline
+local head, headDeadline, after
 if locked then
   head = redis.call('lindex', KEYS[2], 0)
 else
-  head, headDeadline = purge(KEYS[2], KEYS[3], now, owner)
+  head, headDeadline, after = purge(KEYS[2], KEYS[3], now, owner)
   if not head then
     return grant(false)
   end
@@ -66,7 +66,7 @@ else
     -- The new head gets one wait past the new hold (promote): not less,
     -- or Redisson's scripts would drop it while the lock it waits for is
     -- held; not more, or a dead head would hold the queue up longer.
-    promote(KEYS[2], KEYS[3], now + lease + wait)
+    promote(KEYS[3], after, now + lease + wait)
     return grant(false)
   end
 end

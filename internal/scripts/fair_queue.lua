@@ -26,13 +26,21 @@ end
 -- head left (nil for none) with its deadline (nil when it is the caller).
 -- Callers run it only while the lock is free: a head cannot take a held
 -- lock anyway, so dropping it then gains nothing and could drop a live
--- one. caller (nil for none) is alive by definition and ends the purge. A
--- head without a deadline is dropped too rather than compared with nil.
+-- one. caller (nil for none) is alive by definition and ends the purge;
+-- when it is the head, the waiter right behind it comes third (nil for
+-- none), read with the head: the new head once the caller takes the lock.
+-- A head without a deadline is dropped too rather than compared with nil.
 local function purge(queue, deadlines, now, caller)
   while true do
-    local head = redis.call('lindex', queue, 0)
+    local head, after
+    if caller then
+      local two = redis.call('lrange', queue, 0, 1)
+      head, after = two[1], two[2]
+    else
+      head = redis.call('lindex', queue, 0)
+    end
     if not head or head == caller then
-      return head, nil
+      return head, nil, after
     end
     local deadline = redis.call('zscore', deadlines, head)
     if deadline and tonumber(deadline) > now then
@@ -89,8 +97,8 @@ local function keepAhead(queue, deadlines, floor, head)
   end
 end
 
--- promote gives the queue's new head, after a waiter took the lock from
--- the head, the deadline deadline (one wait past the new hold): one ZADD,
+-- promote gives head, the queue's new head (nil for none) after a waiter
+-- took the lock from the head, the deadline deadline (one wait past the new hold): one ZADD,
 -- however long the queue. Redisson moves every waiter up by one wait
 -- instead; dlock leaves the others where they are, which is later than
 -- Redisson's rule would put them, never earlier. That costs nothing: a
@@ -99,8 +107,7 @@ end
 -- wake-up of a release, or by one wait per Java grant). A joiner's
 -- deadline counts from the lock's expiry and its place (fair_acquire.lua),
 -- not from the last waiter's, so nothing drifts (Redisson #1104, #2099).
-local function promote(queue, deadlines, deadline)
-  local head = redis.call('lindex', queue, 0)
+local function promote(deadlines, head, deadline)
   if head then
     redis.call('zadd', deadlines, deadline, head)
   end
