@@ -44,8 +44,9 @@ import (
 // lock.
 //
 // What one acquisition costs Redis: a waiter joins the queue with one
-// script and takes the lock with one more when woken; a grant moves the
-// deadlines of the queue with a single ZADD, not one command per waiter.
+// script and takes the lock with one more when woken; a grant moves only
+// the new head's deadline (one ZADD), not the whole queue's, and a joiner
+// counts its deadline from its place, not from the last waiter's.
 // A Lock on a lock that a waiting attempt of the same handle found taken
 // less than a second ago subscribes to its channel before it joins, so it
 // needs no attempt after subscribing. A waiter named for the dead-waiter

@@ -303,3 +303,76 @@ func TestFairJavaHeadMissedMessage(t *testing.T) {
 	}
 	_ = holder.Unlock(held)
 }
+
+// TestFairJavaWaiterAmongDlockGrants: a Java waiter queued between dlock
+// waiters keeps its place while dlock waiters ahead of it take the lock,
+// which moves only the new head's deadline (promote in fair_queue.lua):
+// when it becomes the head, its deadline is one wait past the new hold,
+// not the later one it joined with; it is served in its turn, and the
+// dlock waiter behind it after it.
+func TestFairJavaWaiterAmongDlockGrants(t *testing.T) {
+	ctx := context.Background()
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	hc := newClient(t, nil)
+	holder := mustFair(t, hc, name)
+	held := mustLock(t, ctx, holder)
+	gc := newClient(t, nil)
+	m := mustFair(t, gc, name)
+	got1 := lockAsync(ctx, m)
+	waitForQueue(t, gc.rdb, name, 1)
+	got2 := lockAsync(ctx, m)
+	waitForQueue(t, gc.rdb, name, 2)
+	jl := newJVM(t, 30*time.Second).lock(javaFairLock, name)
+	jgot, ready := javaLockWaiter(ctx, jl, 1)
+	recv(t, ready, 10*time.Second, "the Java waiter's subscription")
+	q := waitForQueue(t, gc.rdb, name, 3)
+	if q[2] != jl.owner(1) {
+		t.Fatalf("queue %v, want the Java waiter third", q)
+	}
+	got3 := lockAsync(ctx, m)
+	waitForQueue(t, gc.rdb, name, 4)
+	joined, _ := fairDeadline(t, gc.rdb, name, jl.owner(1))
+
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	h1 := await(t, got1, 10*time.Second, "first dlock waiter")
+	if d, _ := fairDeadline(t, gc.rdb, name, jl.owner(1)); d != joined {
+		t.Errorf("the Java waiter's deadline moved from %d to %d at a grant that left it second", joined, d)
+	}
+	if err := m.Unlock(h1); err != nil {
+		t.Fatal(err)
+	}
+	h2 := await(t, got2, 10*time.Second, "second dlock waiter")
+	// The Java waiter is the head now: one wait past the new hold.
+	pttl, err := gc.rdb.PTTL(ctx, name).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Now().UnixMilli() + pttl.Milliseconds() + DefaultFairWaitTimeout.Milliseconds()
+	if d, _ := fairDeadline(t, gc.rdb, name, jl.owner(1)); d < want-60_000 || d > want+5_000 {
+		t.Errorf("the Java head's deadline is %d ms from now, want one wait past the hold (%d)",
+			d-time.Now().UnixMilli(), want-time.Now().UnixMilli())
+	}
+	if q := fairQueue(t, gc.rdb, name); len(q) != 2 || q[0] != jl.owner(1) {
+		t.Errorf("queue %v, want the Java waiter at the head", q)
+	}
+	if err := m.Unlock(h2); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-jgot:
+		if h.err != nil {
+			t.Fatal(h.err)
+		}
+		h.unlock()
+	case h := <-got3:
+		t.Fatalf("the dlock waiter behind the Java waiter was served first (err %v)", h.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the Java waiter was not served")
+	}
+	if err := m.Unlock(await(t, got3, 10*time.Second, "last dlock waiter")); err != nil {
+		t.Fatal(err)
+	}
+}

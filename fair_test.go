@@ -730,9 +730,11 @@ func TestNewFairMutexRejectsBadInput(t *testing.T) {
 	}
 }
 
-// TestFairGrantMovesQueueUp: a waiter that takes the lock moves everyone
-// behind it up by one wait (Redisson's rule, which the batched ZADD keeps),
-// no further than one wait past the new hold, and keeps their distances.
+// TestFairGrantMovesQueueUp: a waiter joins one wait per place past the
+// lock's expiry; a waiter that takes the lock gives the new head one wait
+// past the new hold (one ZADD: the others stay where they are, see
+// promote in fair_queue.lua), and however many grants go by, a joiner's
+// deadline stays one wait per place past the lock's expiry (no drift).
 func TestFairGrantMovesQueueUp(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
@@ -742,36 +744,54 @@ func TestFairGrantMovesQueueUp(t *testing.T) {
 	held := mustLock(t, ctx, holder)
 	wc := newClient(t, nil)
 	m := mustFair(t, wc, name)
-	_, got1 := fairWaiter(t, ctx, m, 1)
-	o2, got2 := fairWaiter(t, ctx, m, 2)
-	o3, got3 := fairWaiter(t, ctx, m, 3)
-	before2, _ := fairDeadline(t, c.rdb, name, o2)
-	before3, _ := fairDeadline(t, c.rdb, name, o3)
+	wait := DefaultFairWaitTimeout.Milliseconds()
+	// near reports whether deadline d is want, up to a minute early (the
+	// time the test took since want's clock was read) and 5 s late.
+	near := func(d, want int64) bool { return d > want-60_000 && d < want+5_000 }
+	expiry := func() int64 {
+		pttl, err := c.rdb.PTTL(ctx, name).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Now().UnixMilli() + pttl.Milliseconds()
+	}
 
+	var owners []string
+	var gots []<-chan lockResult
+	for i := 1; i <= 3; i++ {
+		o, got := fairWaiter(t, ctx, m, i)
+		owners, gots = append(owners, o), append(gots, got)
+		if d, _ := fairDeadline(t, c.rdb, name, o); !near(d, expiry()+int64(i)*wait) {
+			t.Fatalf("waiter %d joined with deadline %d ms from now, want %d waits past the lock's expiry (%d)",
+				i, d-time.Now().UnixMilli(), i, expiry()-time.Now().UnixMilli())
+		}
+	}
+
+	// Hand the lock down the queue; a new waiter joins at each grant.
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
 	}
-	l1 := await(t, got1, 10*time.Second, "first waiter")
-	after2, _ := fairDeadline(t, c.rdb, name, o2)
-	after3, _ := fairDeadline(t, c.rdb, name, o3)
-	wait := DefaultFairWaitTimeout.Milliseconds()
-	// The floor (one wait past the new hold) may take back the time the
-	// hand-over took, never more than a minute here.
-	if moved := after2 - before2; moved > -wait+60_000 || moved < -wait {
-		t.Errorf("the new head's deadline moved by %d ms at the grant, want about %d", moved, -wait)
+	for round := range 6 {
+		l := await(t, gots[0], 10*time.Second, fmt.Sprintf("head waiter, round %d", round))
+		owners, gots = owners[1:], gots[1:]
+		if d, _ := fairDeadline(t, c.rdb, name, owners[0]); !near(d, expiry()+wait) {
+			t.Fatalf("round %d: the new head's deadline is %d ms from now, want one wait past the new hold (%d)",
+				round, d-time.Now().UnixMilli(), expiry()+wait-time.Now().UnixMilli())
+		}
+		o, got := fairWaiter(t, ctx, m, 3)
+		owners, gots = append(owners, o), append(gots, got)
+		if d, _ := fairDeadline(t, c.rdb, name, o); !near(d, expiry()+3*wait) {
+			t.Fatalf("round %d: a joiner's deadline is %d ms from now, want 3 waits past the lock's expiry (%d): drift",
+				round, d-time.Now().UnixMilli(), expiry()-time.Now().UnixMilli())
+		}
+		if err := m.Unlock(l); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if after3-after2 != before3-before2 {
-		t.Errorf("distance behind the new head %d -> %d ms", before3-before2, after3-after2)
-	}
-
-	if err := m.Unlock(l1); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Unlock(await(t, got2, 10*time.Second, "second waiter")); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Unlock(await(t, got3, 10*time.Second, "third waiter")); err != nil {
-		t.Fatal(err)
+	for i, got := range gots {
+		if err := m.Unlock(await(t, got, 10*time.Second, fmt.Sprintf("waiter %d left", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -728,12 +728,27 @@ m "fair: leave leaves the deadlines behind unchanged" internal/scripts/fair_leav
   "shiftAll(KEYS[3], -wait, behind, nil)" \
   "local _ = behind" \
   . '^(TestFairCancelledWaiterLeaves)$'
-# A waiter that takes the lock moves the queue up by one wait (one ZADD
-# for everyone); without it every grant lets the deadlines drift.
+# A waiter that takes the lock gives the new head one wait past the new
+# hold (one ZADD); without it the head keeps the deadline it joined with,
+# one wait per place it had then, and a dead head holds the queue up that
+# much longer.
 m "fair: a grant leaves the queue's deadlines where they were" internal/scripts/fair_acquire.lua \
-  "moveUp(KEYS[2], KEYS[3], -wait, now + lease + wait)" \
-  "moveUp(KEYS[2], KEYS[3], 0, now + lease + wait)" \
+  "    promote(KEYS[3], after, now + lease + wait)" \
+  "    local _ = promote" \
+  . '^(TestFairGrantMovesQueueUp|TestFairJavaWaiterAmongDlockGrants)$'
+# A joiner's deadline is one wait per place past the lock's expiry, which
+# keeps the distances of Redisson's rule without reading the last waiter.
+m "fair: a joiner's deadline ignores its place" internal/scripts/fair_acquire.lua \
+  "now + held + n * wait, owner)" \
+  "now + held + wait, owner)" \
   . '^(TestFairGrantMovesQueueUp)$'
+# A waiter that tries again while queued keeps its place: its deadline
+# says it is queued already (owners are unique per Lock, so nothing else
+# guards the list against a second entry).
+m "fair: a queued waiter joins again at the tail" internal/scripts/fair_acquire.lua \
+  "local deadline = redis.call('zscore', KEYS[3], owner)" \
+  "local deadline = nil" \
+  . '^(TestFairLiveWaitersKeepPlace|TestFairGrantOrder)$'
 # A head told that the lock is free is not told again within
 # fairFreeCheck: each extra message costs it an attempt.
 m "fair: a free lock's head told again at once" internal/scripts/fair_queue.lua \
@@ -749,8 +764,8 @@ m "fair: a contended Lock attempts again after subscribing" fair.go \
 # An attempt on a free lock drops a dead head whose deadline has passed;
 # without it a waiter that died blocks the queue for good.
 m "fair: acquire keeps a dead head" internal/scripts/fair_acquire.lua \
-  "head, headDeadline = purge(KEYS[2], KEYS[3], now, owner)" \
-  "head, headDeadline = redis.call('lindex', KEYS[2], 0), math.huge" \
+  "head, headDeadline, after = purge(KEYS[2], KEYS[3], now, owner)" \
+  "head, headDeadline, after = redis.call('lindex', KEYS[2], 0), math.huge, redis.call('lindex', KEYS[2], 1)" \
   . '^(TestFairDeadWaiterSkipped)$'
 # A dlock waiter whose holder record is gone (its process died) leaves
 # the queue at the next attempt of another waiter, not at its deadline.

@@ -31,7 +31,10 @@
 local lease = tonumber(ARGV[1])
 local owner = ARGV[2]
 local wait = tonumber(ARGV[3])
-local locked = redis.call('exists', KEYS[1]) == 1
+-- One PTTL says whether the lock is taken (-2: free) and for how long
+-- (-1: no TTL).
+local pttl = redis.call('pttl', KEYS[1])
+local locked = pttl ~= -2
 local holds = locked and redis.call('hexists', KEYS[1], owner) == 1
 if reentry(ARGV[5]) and not holds then
   return {-2, 0} -- the hold this re-entry is for is gone
@@ -49,22 +52,21 @@ end
 local now = nowMillis()
 -- head is the queue's head waiter: read once, after the purge of dead
 -- heads while the lock is free; headDeadline its deadline then.
-local head, headDeadline
+local head, headDeadline, after
 if locked then
   head = redis.call('lindex', KEYS[2], 0)
 else
-  head, headDeadline = purge(KEYS[2], KEYS[3], now, owner)
+  head, headDeadline, after = purge(KEYS[2], KEYS[3], now, owner)
   if not head then
     return grant(false)
   end
   if head == owner then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], owner)
-    -- Everyone moves up one place (Redisson's rule), but no further than
-    -- the new hold allows: waiters that joined with a shorter wait (a
-    -- Java tryLock's waitTime) must not go stale while the lock they wait
-    -- for is held.
-    moveUp(KEYS[2], KEYS[3], -wait, now + lease + wait)
+    -- The new head gets one wait past the new hold (promote): not less,
+    -- or Redisson's scripts would drop it while the lock it waits for is
+    -- held; not more, or a dead head would hold the queue up longer.
+    promote(KEYS[3], after, now + lease + wait)
     return grant(false)
   end
 end
@@ -88,30 +90,23 @@ local function suspect()
   return nil
 end
 
-local pttl = locked and redis.call('pttl', KEYS[1]) or -2 -- -1: no TTL
 local held = math.max(pttl, 0)
 if ARGV[4] ~= '1' then
   return {0, held, suspect()}
 end
 
 if locked and head then
-  moveUp(KEYS[2], KEYS[3], 0, now + held + wait, head)
+  keepAhead(KEYS[2], KEYS[3], now + held + wait, head)
 end
 local deadline = redis.call('zscore', KEYS[3], owner)
 if not deadline then
-  -- Join at the tail: one wait after the last waiter's deadline, and at
-  -- least one wait after the lock's expiry.
-  local base = now + held
-  local last = redis.call('lindex', KEYS[2], -1)
-  if last then
-    local d = redis.call('zscore', KEYS[3], last)
-    if d then
-      base = math.max(base, tonumber(d))
-    end
-  end
-  redis.call('lrem', KEYS[2], 0, owner) -- in the list only: join whole
-  redis.call('zadd', KEYS[3], base + wait, owner)
+  -- Join at the tail, one wait per place past the lock's expiry: the
+  -- deadline Redisson's rule gives a queue whose waiters all joined with
+  -- the same wait, without reading the last waiter's (see promote). An
+  -- owner is unique per Lock, so it is in the list only if it is in the
+  -- zset (a command re-sent after a lost reply finds its deadline).
   local n = redis.call('rpush', KEYS[2], owner)
+  redis.call('zadd', KEYS[3], now + held + n * wait, owner)
   if n == 1 then
     head = owner
   end

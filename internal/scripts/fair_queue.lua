@@ -5,12 +5,14 @@
 -- The queue is a list of owners (redisson_lock_queue:{name}) and a zset of
 -- their deadlines (redisson_lock_timeout:{name}: owner -> absolute time in
 -- ms). A waiter's deadline is when the others may skip it as dead. As in
--- Redisson, each waiter joins with the deadline of the one before it (or the
--- lock's expiry) plus the fair wait timeout, everyone behind a waiter that
--- takes the lock or leaves moves up by one wait, and a dead head is dropped
--- once its deadline has passed. Unlike Redisson, a live waiter pushes its
--- deadline forward each time it tries, so a long hold does not get the
--- waiters behind it dropped (Redisson #3004).
+-- Redisson, a waiter joins one fair wait timeout per place in the queue
+-- past the lock's expiry (Redisson counts from the last waiter's
+-- deadline), everyone behind a waiter that leaves moves up by one wait,
+-- and a dead head is dropped once its deadline has passed. Unlike
+-- Redisson, a live waiter pushes its deadline forward each time it tries,
+-- so a long hold does not get the waiters behind it dropped (Redisson
+-- #3004), and a grant moves only the new head's deadline (promote), not
+-- the whole queue's.
 
 -- nowMillis is the Redis server's clock in milliseconds. Redisson passes
 -- the client's clock instead; one clock for every client keeps deadlines
@@ -24,13 +26,21 @@ end
 -- head left (nil for none) with its deadline (nil when it is the caller).
 -- Callers run it only while the lock is free: a head cannot take a held
 -- lock anyway, so dropping it then gains nothing and could drop a live
--- one. caller (nil for none) is alive by definition and ends the purge. A
--- head without a deadline is dropped too rather than compared with nil.
+-- one. caller (nil for none) is alive by definition and ends the purge;
+-- when it is the head, the waiter right behind it comes third (nil for
+-- none), read with the head: the new head once the caller takes the lock.
+-- A head without a deadline is dropped too rather than compared with nil.
 local function purge(queue, deadlines, now, caller)
   while true do
-    local head = redis.call('lindex', queue, 0)
+    local head, after
+    if caller then
+      local two = redis.call('lrange', queue, 0, 1)
+      head, after = two[1], two[2]
+    else
+      head = redis.call('lindex', queue, 0)
+    end
     if not head or head == caller then
-      return head, nil
+      return head, nil, after
     end
     local deadline = redis.call('zscore', deadlines, head)
     if deadline and tonumber(deadline) > now then
@@ -66,38 +76,41 @@ local function shiftAll(deadlines, by, only, all)
   end
 end
 
--- moveUp moves every waiter's deadline by by ms (0, or -wait when a waiter
--- left the queue by taking the lock: everyone moves up one place), and
--- further forward if the head's would then be below floor, keeping their
--- distances. head is the queue's head, nil to read it. The floor applies
--- while the lock is held: nobody in the queue can take it before it is
--- freed, so every waiter counts as alive until then. Redisson's scripts
--- drop a head whose deadline has passed even while the lock is held, on
--- the Java client's clock, and its tryLock(waitTime) waiters join and
--- move up by their own waitTime; without the floor, a live Java waiter
--- would drop itself and join again at the tail, behind dlock waiters that
--- came after it. With by 0 only the head's deadline is read unless the
--- queue moves.
-local function moveUp(queue, deadlines, by, floor, head)
+-- keepAhead keeps the head's deadline at least floor, moving every
+-- waiter's deadline as far forward and keeping their distances. head is
+-- the queue's head, nil to read it. The floor applies while the lock is
+-- held: nobody in the queue can take it before it is freed, so every
+-- waiter counts as alive until then. Redisson's scripts drop a head whose
+-- deadline has passed even while the lock is held, on the Java client's
+-- clock, and its tryLock(waitTime) waiters join with their own waitTime;
+-- without the floor, a live Java waiter would drop itself and join again
+-- at the tail, behind dlock waiters that came after it. Only the head's
+-- deadline is read unless the queue moves.
+local function keepAhead(queue, deadlines, floor, head)
   head = head or redis.call('lindex', queue, 0)
   if not head then
     return
   end
-  if by == 0 then
-    local first = redis.call('zscore', deadlines, head)
-    if first then
-      shiftAll(deadlines, math.max(0, floor - tonumber(first)), nil, nil)
-    end
-    return
+  local first = redis.call('zscore', deadlines, head)
+  if first then
+    shiftAll(deadlines, math.max(0, floor - tonumber(first)), nil, nil)
   end
-  local all = redis.call('zrange', deadlines, 0, -1, 'withscores')
-  for i = 1, #all, 2 do
-    if all[i] == head then
-      by = math.max(by, floor - tonumber(all[i + 1]))
-      break
-    end
+end
+
+-- promote gives head, the queue's new head (nil for none) after a waiter
+-- took the lock from the head, the deadline deadline (one wait past the new hold): one ZADD,
+-- however long the queue. Redisson moves every waiter up by one wait
+-- instead; dlock leaves the others where they are, which is later than
+-- Redisson's rule would put them, never earlier. That costs nothing: a
+-- deadline is read for the head only (the purge, Redisson's too), and
+-- each waiter gets its own again as it becomes the head (here, at the
+-- wake-up of a release, or by one wait per Java grant). A joiner's
+-- deadline counts from the lock's expiry and its place (fair_acquire.lua),
+-- not from the last waiter's, so nothing drifts (Redisson #1104, #2099).
+local function promote(deadlines, head, deadline)
+  if head then
+    redis.call('zadd', deadlines, deadline, head)
   end
-  shiftAll(deadlines, by, nil, all)
 end
 
 -- wakeHead tells the head waiter (head, with its deadline, as purge
