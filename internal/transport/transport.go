@@ -116,13 +116,17 @@ func (t *Transport) Run(ctx context.Context, chk *Check, s *redis.Script, keys [
 		} else {
 			t.batch.process(ctx, cmd)
 		}
-		if src := noScript(cmd.Err(), s); src != "" && l.Pending() == nil {
-			sends = new(sendCounter)
-			cmd = newCmd(ctx, "eval", src, keys, args, sends)
-			if l != nil {
-				l.pending = t.batch.processLeaving(ctx, cmd)
-			} else {
-				t.batch.process(ctx, cmd)
+		// cmd is not the caller's to read while it is still on the wire
+		// (l.Pending), so Pending is asked before cmd.Err.
+		if l.Pending() == nil {
+			if src := noScript(cmd.Err(), s); src != "" {
+				sends = new(sendCounter)
+				cmd = newCmd(ctx, "eval", src, keys, args, sends)
+				if l != nil {
+					l.pending = t.batch.processLeaving(ctx, cmd)
+				} else {
+					t.batch.process(ctx, cmd)
+				}
 			}
 		}
 		if l.Pending() != nil { // left on the wire: cmd is not ours to read
