@@ -101,7 +101,7 @@ func (r *registry) sweep() {
 	for {
 		lost, more := r.sweepSome(time.Now())
 		for _, l := range lost {
-			l.hd.c.ended(l.hd, l.acqs, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, l.hd.kind.key(), l.hd.lease))
+			l.hd.c.ended(l.hd, l.acqs, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, l.hd.kind.lockName(), l.hd.lease))
 		}
 		if !more {
 			return

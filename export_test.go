@@ -28,3 +28,12 @@ func SetAsideTimeout(d time.Duration) (restore func()) {
 	asideTimeout = d
 	return func() { asideTimeout = old }
 }
+
+// SetAsidePatience shortens how long a Lock goes on trying while its
+// attempts handed aside run out of their bound, for a test, and returns a
+// function that restores it.
+func SetAsidePatience(d time.Duration) (restore func()) {
+	old := asidePatience
+	asidePatience = d
+	return func() { asidePatience = old }
+}

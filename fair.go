@@ -127,6 +127,7 @@ func newFairKind(c *Client, name string, wait time.Duration) *fairKind {
 }
 
 func (k *fairKind) key() string                 { return k.name }
+func (k *fairKind) lockName() string            { return k.name }
 func (k *fairKind) field(owner string) string   { return owner }
 func (k *fairKind) role() string                { return "" }
 func (k *fairKind) renewer() renewer            { return hashRenewer{} }

@@ -24,6 +24,9 @@ import (
 type kind interface {
 	// key is the Redis key that holds the lock.
 	key() string
+	// lockName is the lock's name as the user gave it, for errors and
+	// logs (today every kind's key is its name; the two may part).
+	lockName() string
 	// field is the hash field that marks owner's hold.
 	field(owner string) string
 	// role tells apart locks that share a key, such as the read and write

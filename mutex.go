@@ -55,6 +55,7 @@ func newMutexKind(c *Client, name string) *mutexKind {
 }
 
 func (k *mutexKind) key() string               { return k.name }
+func (k *mutexKind) lockName() string          { return k.name }
 func (k *mutexKind) field(owner string) string { return owner }
 func (k *mutexKind) role() string              { return "" }
 func (k *mutexKind) renewer() renewer          { return hashRenewer{} }

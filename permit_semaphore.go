@@ -307,6 +307,7 @@ type psemKind struct {
 }
 
 func (k psemKind) key() string               { return k.s.name }
+func (k psemKind) lockName() string          { return k.s.name }
 func (k psemKind) field(owner string) string { return owner }
 func (k psemKind) role() string              { return "permit" }
 func (k psemKind) channel(string) string     { return k.s.channel }

@@ -126,6 +126,7 @@ type redKind struct {
 }
 
 func (k *redKind) key() string               { return k.name }
+func (k *redKind) lockName() string          { return k.name }
 func (k *redKind) field(owner string) string { return owner }
 func (k *redKind) role() string              { return "redlock" }
 func (k *redKind) channel(string) string     { return "" } // independent nodes share no channel: poll

@@ -106,7 +106,7 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 			c.holds.renewed(hd, start)
 		case alive[i]:
 		default:
-			hd.lose(fmt.Errorf("%w: %q: the watchdog found it released or taken by another owner", ErrLockLost, hd.kind.key()))
+			hd.lose(fmt.Errorf("%w: %q: the watchdog found it released or taken by another owner", ErrLockLost, hd.kind.lockName()))
 		}
 	}
 	return nil

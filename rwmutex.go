@@ -113,6 +113,7 @@ func newRWNames(c *Client, name string) rwNames {
 }
 
 func (n rwNames) key() string           { return n.name }
+func (n rwNames) lockName() string      { return n.name }
 func (n rwNames) channel(string) string { return n.channelName }
 
 // forceReleaseMode deletes the lock if it is held in mode, publishing

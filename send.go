@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/dlock-go/dlock/internal/transport"
 	"github.com/redis/go-redis/v9"
@@ -49,19 +50,17 @@ func (h *handle) sendAside(ctx context.Context, req request, done func()) (res a
 	h.c.runners.Run(func() {
 		defer cancel()
 		res, err := h.send(actx, req)
-		if err != nil && actx.Err() != nil {
+		if actx.Err() != nil && isTimeout(err) {
 			err = fmt.Errorf("%w: %w", errAsideTimeout, err)
 		}
 		replied <- reply{res, err}
 	})
 	select {
 	case r := <-replied:
-		if errors.Is(r.err, errAsideTimeout) && req.wait && ctx.Err() == nil {
-			// The attempt's own bound ran out, not the caller's ctx:
-			// send gave back what it may have taken, and the next
-			// attempt waits for that (enter). Try again.
-			return attemptResult{ttl: retryPause, reason: r.err}, false, nil
-		}
+		// An attempt whose own bound ran out (errAsideTimeout) failed
+		// without an answer: send gave back what it may have taken, and
+		// the acquire loop tries again while the Lock's patience with
+		// such failures lasts (waiter.outlast), as after any other.
 		return r.res, false, r.err
 	case <-ctx.Done():
 		h.c.work.run(h.holdKey(req.owner), func(context.Context) {
@@ -81,9 +80,24 @@ var asideTimeout = cleanupTimeout
 
 // errAsideTimeout marks an attempt handed aside that ran out of
 // asideTimeout while its caller's ctx had not ended. The caller never set
-// that deadline, so it is not theirs to see: a Lock that waits tries
-// again after retryPause (a TryLock reports the error).
+// that deadline: a Lock that waits tries again after retryPause for up to
+// asidePatience of such failures in a row, with a warning each time, then
+// returns the error (waiter.outlast); a TryLock reports it at once.
 var errAsideTimeout = errors.New("the attempt got no answer within its bound")
+
+// asidePatience is how long a waiting Lock goes on trying while its
+// attempts handed aside run out of asideTimeout (errAsideTimeout): a kind
+// with a patience of its own (patient) keeps the longer of the two.
+// outageBudget; a variable for tests.
+var asidePatience = outageBudget
+
+// isTimeout reports whether err is a request's timeout: its ctx's deadline
+// or a network timeout. Other errors (a refusal, a broken connection)
+// are not the aside bound's doing and are returned as they are.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
 
 // mayLeave reports whether an attempt that must return when its ctx ends
 // can run on the caller's goroutine, its script sent by the batcher

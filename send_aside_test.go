@@ -2,6 +2,9 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +49,50 @@ func TestLockWithoutDeadlineOutlastsAsideBound(t *testing.T) {
 	lctx := await(t, got, 15*time.Second, "Lock without a deadline across a pause longer than the aside bound")
 	if err := m.Unlock(lctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLockGivesUpOnAsideTimeoutsPastPatience: a Lock whose ctx can be
+// cancelled but has no deadline, on a kind whose attempts go aside (a
+// read-write lock's write half), against a server that never answers its
+// scripts (writes paused for longer than the test). Every attempt runs out
+// of the aside bound; the Lock tries again with a warning while such
+// failures last less than asidePatience, then returns the error, which
+// says why. It must not try again for ever without a word.
+func TestLockGivesUpOnAsideTimeoutsPastPatience(t *testing.T) {
+	ctx := context.Background()
+	defer SetAsideTimeout(100 * time.Millisecond)()
+	defer SetAsidePatience(300 * time.Millisecond)()
+	admin := newRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logs syncBuffer
+	c := newClient(t, rdb, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	rw, err := c.NewRWMutex(lockName(t), WithLease(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(ctx, "CLIENT", "UNPAUSE").Err() }) // before lockName's cleanup
+
+	lctx, cancel := context.WithCancel(ctx) // no deadline: the attempts go aside
+	defer cancel()
+	got := lockAsync(lctx, rw.WriteLock())
+	var r lockResult
+	select {
+	case r = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Lock on a server that never answers still trying after 20 s: its aside timeouts are retried without end")
+	}
+	if r.err == nil {
+		t.Fatal("Lock on a server that never answers succeeded")
+	}
+	if !errors.Is(r.err, errAsideTimeout) {
+		t.Errorf("Lock: %v, want the aside bound's error", r.err)
+	}
+	if !strings.Contains(logs.String(), "trying again") {
+		t.Errorf("no warning that the Lock tried again; logs:\n%s", logs.String())
 	}
 }

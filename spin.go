@@ -128,6 +128,7 @@ type spinKind struct {
 }
 
 func (k *spinKind) key() string               { return k.name }
+func (k *spinKind) lockName() string          { return k.name }
 func (k *spinKind) field(owner string) string { return owner }
 func (k *spinKind) role() string              { return "" }
 func (k *spinKind) renewer() renewer          { return hashRenewer{} }

@@ -164,12 +164,20 @@ func (w *waiter) busy(res attemptResult) error { return notObtained(w.h.name, re
 // gate is the reach gate the Lock waits at in an outage.
 func (w *waiter) gate() *transport.Gate { return reachGate(w.h.c, w.h.kind) }
 
-// outlast reports whether the Lock goes on trying after err: for a kind
-// that is patient, while Redis has not answered for less than its
-// patience.
+// outlast reports whether the Lock goes on trying after err, its
+// attempts having failed for failing: for a kind that is patient, while
+// Redis has not answered for less than its patience; for any kind, while
+// attempts handed aside have run out of their bound (errAsideTimeout) for
+// less than asidePatience. Each try again is logged.
 func (w *waiter) outlast(err error, failing time.Duration) bool {
-	p, ok := w.h.kind.(patient)
-	if !ok || !noAnswer(err) || failing > p.patience() {
+	var patience time.Duration
+	if p, ok := w.h.kind.(patient); ok && noAnswer(err) {
+		patience = p.patience()
+	}
+	if errors.Is(err, errAsideTimeout) {
+		patience = max(patience, asidePatience)
+	}
+	if patience == 0 || failing > patience {
 		return false
 	}
 	w.h.c.cfg.logger.Warn("dlock: attempt failed without an answer; trying again", "lock", w.h.name, "error", err)

@@ -1325,10 +1325,16 @@ m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
   ./dlockrueidis '^(TestClusterSubscriptionsPerMaster)$'
 # A Lock must not fail on the bound of an attempt handed aside, a
 # deadline its caller never set.
-m "send: an aside attempt's bound fails the Lock" send.go \
-  'if errors.Is(r.err, errAsideTimeout) && req.wait && ctx.Err() == nil {' \
-  'if false {' \
+m "send: an aside attempt's bound fails the Lock" wait.go \
+  'patience = max(patience, asidePatience)' \
+  'patience = max(patience, 0)' \
   . '^(TestLockWithoutDeadlineOutlastsAsideBound)$'
+# ...but a Lock whose aside attempts keep running out of their bound gives
+# up after asidePatience, with a warning per try, not silently never.
+m "send: aside timeouts retried past patience" wait.go \
+  'if patience == 0 || failing > patience {' \
+  'if patience == 0 || failing > patience && !errors.Is(err, errAsideTimeout) {' \
+  . '^(TestLockGivesUpOnAsideTimeoutsPastPatience)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
