@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,13 +20,17 @@ import (
 // deadline (as a request's context has), on a go-redis client with
 // ContextTimeoutEnabled, with a fixed lease, and, for a reference in the
 // same run, the two commands of a plain SET NX lock (bsm/redislock's SET
-// NX PX and a compare-and-delete script).
+// NX PX and a compare-and-delete script). Besides the wall clock, which a
+// loaded machine blurs, each reports the test process's CPU time and
+// context switches per op (a goroutine hand-off across threads shows as
+// about four more switches per op) and Redis commands per op.
 func BenchmarkLockUnlock(b *testing.B) {
 	run := func(b *testing.B, rdb redis.UniversalClient, newCtx func() (context.Context, context.CancelFunc), opts ...LockOption) {
 		c := newClient(b, rdb)
 		m := mustMutex(b, c, lockName(b), opts...)
 		cmds := commandCount(b, c.rdb)
 		b.ResetTimer()
+		u0 := usage(b)
 		for b.Loop() {
 			ctx, cancel := newCtx()
 			l, err := m.Lock(ctx)
@@ -38,6 +43,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 			cancel()
 		}
 		b.StopTimer()
+		usage(b).report(b, u0)
 		b.ReportMetric(float64(commandCount(b, c.rdb)-cmds)/float64(b.N), "cmds/op")
 	}
 	background := func() (context.Context, context.CancelFunc) { return context.Background(), func() {} }
@@ -56,6 +62,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 		rdb := newRedis(b)
 		key := lockName(b)
 		del := redis.NewScript(`if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`)
+		u0 := usage(b)
 		for b.Loop() {
 			ctx, cancel := deadline()
 			if ok, err := rdb.SetNX(ctx, key, "token", 30*time.Second).Result(); err != nil || !ok {
@@ -66,6 +73,8 @@ func BenchmarkLockUnlock(b *testing.B) {
 			}
 			cancel()
 		}
+		b.StopTimer()
+		usage(b).report(b, u0)
 	})
 }
 
@@ -168,6 +177,32 @@ var clientCommands = []string{"evalsha", "eval", "subscribe", "unsubscribe", "ss
 
 // commandCount returns how many commands clients have sent the server
 // (INFO commandstats, the commands in clientCommands).
+// rusage is the process's CPU time and context switches so far.
+type rusage struct {
+	cpu      time.Duration
+	switches int64
+}
+
+func usage(b testing.TB) rusage {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return rusage{
+		cpu:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		switches: ru.Nvcsw + ru.Nivcsw,
+	}
+}
+
+// report reports the client's CPU time and its threads' context switches
+// (futex sleeps and wake-ups, mostly: goroutine hand-offs across threads)
+// per op since u0: what a loaded machine's wall clock hides.
+func (u rusage) report(b *testing.B, u0 rusage) {
+	n := float64(b.N)
+	b.ReportMetric(float64(u.cpu-u0.cpu)/n/1e3, "cpu-µs/op")
+	b.ReportMetric(float64(u.switches-u0.switches)/n, "csw/op")
+}
+
 func commandCount(b testing.TB, rdb redis.UniversalClient) int64 {
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
