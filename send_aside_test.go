@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -94,5 +95,43 @@ func TestLockGivesUpOnAsideTimeoutsPastPatience(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "trying again") {
 		t.Errorf("no warning that the Lock tried again; logs:\n%s", logs.String())
+	}
+}
+
+// TestAsideBoundMarksOnlyTimeouts: an attempt handed aside whose reply
+// comes after its bound ran out is marked as the bound's timeout
+// (errAsideTimeout) only when it failed by timing out; a refusal from
+// Redis that happens to come late is returned as it is. Here the server
+// holds the script past the bound (writes paused) and then refuses it (the
+// lock's key is a string), on a Redis client that ignores ctx deadlines.
+func TestAsideBoundMarksOnlyTimeouts(t *testing.T) {
+	ctx := context.Background()
+	defer SetAsideTimeout(50 * time.Millisecond)()
+	admin := newRedis(t)
+	c := newClient(t, nil) // go-redis defaults: ctx deadlines ignored
+	name := lockName(t)
+	rw, err := c.NewRWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(ctx, name, "not a lock", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Loaded: a NOSCRIPT refusal would send EVAL after the bound, which
+	// go-redis fails at once with the ctx's error.
+	if err := scripts.RWWriteAcquire.Load(ctx, admin).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "400", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithCancel(ctx) // no deadline: the attempt goes aside
+	defer cancel()
+	_, err = rw.WriteLock().TryLock(tctx)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("TryLock on a string key: %v, want Redis's WRONGTYPE refusal", err)
+	}
+	if errors.Is(err, errAsideTimeout) {
+		t.Errorf("TryLock: %v: a refusal marked as the aside bound's timeout", err)
 	}
 }

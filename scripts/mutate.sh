@@ -1335,6 +1335,11 @@ m "send: aside timeouts retried past patience" wait.go \
   'if patience == 0 || failing > patience {' \
   'if patience == 0 || failing > patience && !errors.Is(err, errAsideTimeout) {' \
   . '^(TestLockGivesUpOnAsideTimeoutsPastPatience)$'
+# Only a timeout is the aside bound's doing: a late refusal stays itself.
+m "send: a late refusal marked as the aside bound" send.go \
+  'if actx.Err() != nil && isTimeout(err) {' \
+  'if actx.Err() != nil && err != nil {' \
+  . '^(TestAsideBoundMarksOnlyTimeouts)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
