@@ -30,21 +30,21 @@ const sweepBatch = 1024
 type deadlines struct {
 	heap  []*hold     // by hold.due, earliest first
 	timer *time.Timer // fires sweep at heap[0].due; nil before the first hold
-	armed time.Time   // when timer fires; zero when stopped
+	armed instant     // when timer fires; zero when stopped
 }
 
 // queue adds hd at its deadline. r.mu must be held.
 func (r *registry) queue(hd *hold) {
 	hd.due = hd.until
-	hd.slot = len(r.dl.heap)
+	hd.slot = int32(len(r.dl.heap))
 	r.dl.heap = append(r.dl.heap, hd)
-	r.up(hd.slot)
+	r.up(int(hd.slot))
 	r.arm()
 }
 
 // unqueue removes hd from the queue, if it is there. r.mu must be held.
 func (r *registry) unqueue(hd *hold) {
-	i := hd.slot
+	i := int(hd.slot)
 	if i < 0 {
 		return
 	}
@@ -64,11 +64,11 @@ func (r *registry) unqueue(hd *hold) {
 // earlier moves it up the queue now; a later one waits for the sweep.
 // r.mu must be held.
 func (r *registry) moved(hd *hold) {
-	if hd.slot < 0 || !hd.until.Before(hd.due) {
+	if hd.slot < 0 || hd.until >= hd.due {
 		return
 	}
 	hd.due = hd.until
-	r.up(hd.slot)
+	r.up(int(hd.slot))
 	r.arm()
 }
 
@@ -76,19 +76,19 @@ func (r *registry) moved(hd *hold) {
 // the queue is empty. r.mu must be held.
 func (r *registry) arm() {
 	if len(r.dl.heap) == 0 {
-		if r.dl.timer != nil && !r.dl.armed.IsZero() {
+		if r.dl.timer != nil && r.dl.armed != 0 {
 			r.dl.timer.Stop()
-			r.dl.armed = time.Time{}
+			r.dl.armed = 0
 		}
 		return
 	}
 	at := r.dl.heap[0].due
 	switch {
-	case at.Equal(r.dl.armed):
+	case at == r.dl.armed:
 	case r.dl.timer == nil:
-		r.dl.timer = time.AfterFunc(time.Until(at), r.sweep)
+		r.dl.timer = time.AfterFunc(time.Until(at.time()), r.sweep)
 	default:
-		r.dl.timer.Reset(time.Until(at))
+		r.dl.timer.Reset(time.Until(at.time()))
 	}
 	r.dl.armed = at
 }
@@ -115,14 +115,15 @@ func (r *registry) sweep() {
 func (r *registry) sweepSome(now time.Time) (lost []lostHold, more bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.dl.armed = time.Time{} // the timer fired, or a sweep is under way
+	r.dl.armed = 0 // the timer fired, or a sweep is under way
 	defer r.arm()
-	for n := 0; len(r.dl.heap) > 0 && !r.dl.heap[0].due.After(now); n++ {
+	at := instantOf(now)
+	for n := 0; len(r.dl.heap) > 0 && r.dl.heap[0].due <= at; n++ {
 		if n == sweepBatch {
 			return lost, true
 		}
 		hd := r.dl.heap[0]
-		if hd.until.After(now) { // renewed meanwhile: queue it at its deadline
+		if hd.until > at { // renewed meanwhile: queue it at its deadline
 			hd.due = hd.until
 			r.down(0)
 			continue
@@ -141,12 +142,12 @@ type lostHold struct {
 	acqs []*acquisition
 }
 
-func (r *registry) less(i, j int) bool { return r.dl.heap[i].due.Before(r.dl.heap[j].due) }
+func (r *registry) less(i, j int) bool { return r.dl.heap[i].due < r.dl.heap[j].due }
 
 func (r *registry) swap(i, j int) {
 	h := r.dl.heap
 	h[i], h[j] = h[j], h[i]
-	h[i].slot, h[j].slot = i, j
+	h[i].slot, h[j].slot = int32(i), int32(j)
 }
 
 func (r *registry) up(i int) {
