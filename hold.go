@@ -43,6 +43,8 @@ type hold struct {
 	due      instant // the deadline the hold is queued at (expiry.go); not after until
 	slot     int32   // the hold's index in the deadline queue; -1 when not queued, which is when it left the registry
 	watchdog bool    // renewed by the watchdog, rather than a fixed lease (which it checks)
+	holder   bool    // the registry's pick among the Client's holds on its lock and role (heldByOther)
+	next     *hold   // the registry's next hold with the same key
 	// op is held while a re-entry's attempt is in flight and while an
 	// Unlock decides whether it releases the last acquisition, so that a
 	// re-entry is never counted on a hold whose release is on its way.
@@ -241,17 +243,66 @@ func (h *handle) register(ctx context.Context, req request, token int64, start t
 
 // registry is the Client's record of its holds, and the lock that guards
 // them: per owner's hold on a lock, the hold; per lock, one of this
-// Client's holds on it (for busyHere); whether the Client was closed
-// (add refuses then). Its mutex guards the maps and the fields of each
+// Client's holds on it (its holder, for busyHere); whether the Client was
+// closed (add refuses then). Its mutex guards the maps and the fields of each
 // hold and acquisition that say so; under it the registry calls out only
 // to the lease keeper (Add, Remove), so that a hold is kept exactly while
 // it is registered. The zero value is an empty registry.
 type registry struct {
-	mu      sync.Mutex
-	holds   map[holdKey]*hold
-	holders map[lockKey]*hold
-	dl      deadlines // the holds' local deadlines (expiry.go)
-	closed  bool
+	mu sync.Mutex
+	// holds has, per key, the Client's holds on it: the newest, and the
+	// others chained behind it (hold.next). A key has one hold but for
+	// shared read holds, the two halves of a read-write lock and kinds
+	// that share a name: one map with 24-byte entries, where a map per
+	// hold key and one per lock took 80 bytes a hold.
+	holds  map[string]*hold
+	dl     deadlines // the holds' local deadlines (expiry.go)
+	closed bool
+}
+
+// find returns the hold k, or nil. r.mu must be held.
+func (r *registry) find(k holdKey) *hold {
+	for hd := r.holds[k.key]; hd != nil; hd = hd.next {
+		if hd.kind.field(hd.owner) == k.field {
+			return hd
+		}
+	}
+	return nil
+}
+
+// link adds hd to the holds of its key, as the holder of its lock. r.mu
+// must be held.
+func (r *registry) link(hd *hold) {
+	key, role := hd.kind.key(), hd.kind.role()
+	if r.holds == nil {
+		r.holds = map[string]*hold{}
+	}
+	for o := r.holds[key]; o != nil; o = o.next {
+		if o.holder && o.kind.role() == role {
+			o.holder = false
+		}
+	}
+	hd.holder, hd.next = true, r.holds[key]
+	r.holds[key] = hd
+}
+
+// unlink takes hd out of the holds of its key. r.mu must be held.
+func (r *registry) unlink(hd *hold) {
+	key := hd.kind.key()
+	switch head := r.holds[key]; {
+	case head == hd && hd.next == nil:
+		delete(r.holds, key)
+	case head == hd:
+		r.holds[key] = hd.next
+	default:
+		for p := head; p != nil; p = p.next {
+			if p.next == hd {
+				p.next = hd.next
+				break
+			}
+		}
+	}
+	hd.holder, hd.next = false, nil
 }
 
 // add records acq, an acquisition of h's lock by req.owner sent at start:
@@ -264,15 +315,10 @@ func (r *registry) add(h *handle, req request, acq *acquisition, start time.Time
 	if r.closed {
 		return ErrClosed
 	}
-	k := h.holdKey(req.owner)
-	hd := r.holds[k]
+	hd := r.find(h.holdKey(req.owner))
 	if hd == nil {
 		hd = newHold(h, req, start)
-		if r.holds == nil {
-			r.holds, r.holders = map[holdKey]*hold{}, map[lockKey]*hold{}
-		}
-		r.holds[k] = hd
-		r.holders[h.queueKey()] = hd
+		r.link(hd)
 		r.queue(hd)          // lost when its local deadline passes
 		h.c.watchdog.Add(hd) // renews a watched hold, checks a fixed lease
 	} else {
@@ -305,7 +351,7 @@ func (hd *hold) extend(start time.Time) {
 func (r *registry) held(k holdKey) *hold {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.holds[k]
+	return r.find(k)
 }
 
 // count is the hold count to report for the owner's hold k when Redis
@@ -313,7 +359,7 @@ func (r *registry) held(k holdKey) *hold {
 func (r *registry) count(k holdKey, n int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if hd := r.holds[k]; hd != nil && len(hd.acqs) > 0 {
+	if hd := r.find(k); hd != nil && len(hd.acqs) > 0 {
 		return len(hd.acqs)
 	}
 	return n
@@ -325,8 +371,13 @@ func (r *registry) count(k holdKey, n int) int {
 func (r *registry) heldByOther(qk lockKey, owner string) (left time.Duration, silent, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if hd := r.holders[qk]; hd != nil && hd.owner != owner {
-		return time.Until(hd.until.time()), hd.kind.channel(hd.owner) == "", true
+	for hd := r.holds[qk.key]; hd != nil; hd = hd.next {
+		if hd.holder && hd.kind.role() == qk.role {
+			if hd.owner == owner {
+				break
+			}
+			return time.Until(hd.until.time()), hd.kind.channel(hd.owner) == "", true
+		}
 	}
 	return 0, false, false
 }
@@ -443,10 +494,7 @@ func (r *registry) dropHold(hd *hold) (acqs []*acquisition, ok bool) {
 // drop removes a hold from the registry, the lease keeper and the
 // deadline queue. r.mu must be held.
 func (r *registry) drop(hd *hold) {
-	delete(r.holds, hd.holdKey())
-	if qk := (lockKey{hd.kind.key(), hd.kind.role()}); r.holders[qk] == hd {
-		delete(r.holders, qk)
-	}
+	r.unlink(hd)
 	r.unqueue(hd)
 	hd.c.watchdog.Remove(hd)
 }
@@ -476,14 +524,14 @@ func (r *registry) extended(hd *hold, start time.Time, valid time.Duration) {
 
 // close refuses every later add and returns the holds registered until
 // now, which leave the registry: Close ends them.
-func (r *registry) close() map[holdKey]*hold {
+func (r *registry) close() []*hold {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	holds := r.holds
-	r.holds, r.holders = nil, nil
-	for _, hd := range r.dl.heap {
-		hd.slot = -1
+	holds := r.dl.heap // every registered hold is queued
+	r.holds = nil
+	for _, hd := range holds {
+		hd.slot, hd.holder, hd.next = -1, false, nil
 	}
 	r.dl.heap = nil
 	r.arm() // stops the timer

@@ -13,7 +13,7 @@ import (
 // for a million held locks in under 800 bytes each, handles and the
 // application's own bookkeeping included; this is dlock's part of it.
 // A lock context whose Done nobody called keeps no channel.
-const maxHoldHeap = 560
+const maxHoldHeap = 480
 
 // TestHoldHeap: holding locks costs at most maxHoldHeap bytes of heap
 // each, measured after a collection with every lock held (no timing).
