@@ -502,12 +502,18 @@ func (r *registry) drop(hd *hold) {
 // renewed moves the local deadline of each hold that a renewal sent at
 // start found alive, under one hold of the mutex for the chunk.
 func (r *registry) renewed(holds []*hold, alive []bool, start time.Time) {
+	var lease time.Duration // the holds of a chunk share one lease
+	var until instant
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, hd := range holds {
-		if alive[i] && r.current(hd) {
-			hd.extend(start)
+		if !alive[i] || !r.current(hd) {
+			continue
 		}
+		if hd.lease != lease {
+			lease, until = hd.lease, instantOf(start.Add(hd.valid()))
+		}
+		hd.until = max(hd.until, until)
 	}
 }
 
