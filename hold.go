@@ -39,8 +39,7 @@ type hold struct {
 	lease    time.Duration
 	acqs     []*acquisition
 	token    int64   // the latest fencing token, 0 if none
-	until    instant // the local deadline
-	due      instant // the deadline the hold is queued at (expiry.go); not after until
+	until    instant // the local deadline (the deadline queue may have it earlier: expiry.go)
 	slot     int32   // the hold's index in the deadline queue; -1 when not queued, which is when it left the registry
 	watchdog bool    // renewed by the watchdog, rather than a fixed lease (which it checks)
 	holder   bool    // the registry's pick among the Client's holds on its lock and role (heldByOther)
@@ -534,10 +533,11 @@ func (r *registry) close() []*hold {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	holds := r.dl.heap // every registered hold is queued
+	holds := make([]*hold, len(r.dl.heap)) // every registered hold is queued
 	r.holds = nil
-	for _, hd := range holds {
-		hd.slot, hd.holder, hd.next = -1, false, nil
+	for i, q := range r.dl.heap {
+		holds[i] = q.hd
+		q.hd.slot, q.hd.holder, q.hd.next = -1, false, nil
 	}
 	r.dl.heap = nil
 	r.arm() // stops the timer
