@@ -185,7 +185,7 @@ func (c *Client) Close() error {
 	c.observeClosed(holds)
 	for _, hd := range holds {
 		for _, a := range hd.acqs {
-			a.cancel(ErrClosed)
+			a.end(ErrClosed)
 		}
 	}
 	err := c.hub.Close()

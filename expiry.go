@@ -28,29 +28,42 @@ const sweepBatch = 1024
 
 // deadlines is the queue; the registry's mutex guards it.
 type deadlines struct {
-	heap  []*hold     // by hold.due, earliest first
+	// heap is a 4-ary min-heap by due: a million holds are 10 levels
+	// deep, and the four children of an entry share a cache line, so
+	// that moving a hold down reads about one hold per level (the one it
+	// swaps with, to set its slot) rather than three.
+	heap  []deadline
 	timer *time.Timer // fires sweep at heap[0].due; nil before the first hold
-	armed time.Time   // when timer fires; zero when stopped
+	armed instant     // when timer fires; zero when stopped
 }
+
+// deadline is a hold in the queue, with the deadline it is queued at (not
+// after its until), kept here so that ordering the queue reads no hold.
+type deadline struct {
+	due instant
+	hd  *hold
+}
+
+// arity is the number of children of an entry of the heap.
+const arity = 4
 
 // queue adds hd at its deadline. r.mu must be held.
 func (r *registry) queue(hd *hold) {
-	hd.due = hd.until
-	hd.slot = len(r.dl.heap)
-	r.dl.heap = append(r.dl.heap, hd)
-	r.up(hd.slot)
+	hd.slot = int32(len(r.dl.heap))
+	r.dl.heap = append(r.dl.heap, deadline{hd.until, hd})
+	r.up(int(hd.slot))
 	r.arm()
 }
 
 // unqueue removes hd from the queue, if it is there. r.mu must be held.
 func (r *registry) unqueue(hd *hold) {
-	i := hd.slot
+	i := int(hd.slot)
 	if i < 0 {
 		return
 	}
 	last := len(r.dl.heap) - 1
 	r.swap(i, last)
-	r.dl.heap[last] = nil
+	r.dl.heap[last] = deadline{}
 	r.dl.heap = r.dl.heap[:last]
 	hd.slot = -1
 	if i < last {
@@ -64,11 +77,12 @@ func (r *registry) unqueue(hd *hold) {
 // earlier moves it up the queue now; a later one waits for the sweep.
 // r.mu must be held.
 func (r *registry) moved(hd *hold) {
-	if hd.slot < 0 || !hd.until.Before(hd.due) {
+	i := int(hd.slot)
+	if i < 0 || hd.until >= r.dl.heap[i].due {
 		return
 	}
-	hd.due = hd.until
-	r.up(hd.slot)
+	r.dl.heap[i].due = hd.until
+	r.up(i)
 	r.arm()
 }
 
@@ -76,19 +90,19 @@ func (r *registry) moved(hd *hold) {
 // the queue is empty. r.mu must be held.
 func (r *registry) arm() {
 	if len(r.dl.heap) == 0 {
-		if r.dl.timer != nil && !r.dl.armed.IsZero() {
+		if r.dl.timer != nil && r.dl.armed != 0 {
 			r.dl.timer.Stop()
-			r.dl.armed = time.Time{}
+			r.dl.armed = 0
 		}
 		return
 	}
 	at := r.dl.heap[0].due
 	switch {
-	case at.Equal(r.dl.armed):
+	case at == r.dl.armed:
 	case r.dl.timer == nil:
-		r.dl.timer = time.AfterFunc(time.Until(at), r.sweep)
+		r.dl.timer = time.AfterFunc(time.Until(at.time()), r.sweep)
 	default:
-		r.dl.timer.Reset(time.Until(at))
+		r.dl.timer.Reset(time.Until(at.time()))
 	}
 	r.dl.armed = at
 }
@@ -115,15 +129,16 @@ func (r *registry) sweep() {
 func (r *registry) sweepSome(now time.Time) (lost []lostHold, more bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.dl.armed = time.Time{} // the timer fired, or a sweep is under way
+	r.dl.armed = 0 // the timer fired, or a sweep is under way
 	defer r.arm()
-	for n := 0; len(r.dl.heap) > 0 && !r.dl.heap[0].due.After(now); n++ {
+	at := instantOf(now)
+	for n := 0; len(r.dl.heap) > 0 && r.dl.heap[0].due <= at; n++ {
 		if n == sweepBatch {
 			return lost, true
 		}
-		hd := r.dl.heap[0]
-		if hd.until.After(now) { // renewed meanwhile: queue it at its deadline
-			hd.due = hd.until
+		hd := r.dl.heap[0].hd
+		if hd.until > at { // renewed meanwhile: queue it at its deadline
+			r.dl.heap[0].due = hd.until
 			r.down(0)
 			continue
 		}
@@ -141,17 +156,17 @@ type lostHold struct {
 	acqs []*acquisition
 }
 
-func (r *registry) less(i, j int) bool { return r.dl.heap[i].due.Before(r.dl.heap[j].due) }
+func (r *registry) less(i, j int) bool { return r.dl.heap[i].due < r.dl.heap[j].due }
 
 func (r *registry) swap(i, j int) {
 	h := r.dl.heap
 	h[i], h[j] = h[j], h[i]
-	h[i].slot, h[j].slot = i, j
+	h[i].hd.slot, h[j].hd.slot = int32(i), int32(j)
 }
 
 func (r *registry) up(i int) {
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / arity
 		if !r.less(i, p) {
 			return
 		}
@@ -163,12 +178,15 @@ func (r *registry) up(i int) {
 func (r *registry) down(i int) {
 	n := len(r.dl.heap)
 	for {
-		c := 2*i + 1
-		if c >= n {
+		first := arity*i + 1
+		if first >= n {
 			return
 		}
-		if c+1 < n && r.less(c+1, c) {
-			c++
+		c := first // the earliest child
+		for k := first + 1; k < min(first+arity, n); k++ {
+			if r.less(k, c) {
+				c = k
+			}
 		}
 		if !r.less(c, i) {
 			return

@@ -271,7 +271,7 @@ func handChain(t *testing.T, m *Mutex, first context.Context, other *Mutex, n in
 		}()
 		awaitQueued(t, m, i)
 	}
-	tokenKey := m.kind.(*mutexKind).token
+	tokenKey := m.kind.(*mutexKind).token()
 	prev, fenced := Token(first)
 	holder, next := chainEvent{who: -1, l: first}, 1
 	for step := 1; ; step++ {

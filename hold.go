@@ -27,47 +27,176 @@ type holdKey struct {
 // marks the hold with the owner's field; the Client counts its
 // acquisitions (one per successful Lock not yet matched by an Unlock) and
 // keeps the local deadline by which the lease must have been confirmed
-// again. Fields other than op are guarded by the registry's mutex.
+// again. Fields are guarded by the registry's mutex; op is made under it
+// when first needed and never changed after.
+//
+// A Client may keep a million holds: each field here costs that many
+// times (TestHoldHeap guards the total).
 type hold struct {
 	c        *Client
 	kind     kind
 	owner    string
 	lease    time.Duration
-	valid    time.Duration // how long after a renewal is sent the hold counts as valid: validity(lease)
-	watchdog bool          // renewed by the watchdog, rather than a fixed lease (which it checks)
 	acqs     []*acquisition
-	token    int64     // the latest fencing token, 0 if none
-	until    time.Time // the local deadline
-	due      time.Time // the deadline the hold is queued at (expiry.go); not after until
-	slot     int       // the hold's index in the deadline queue; -1 when not queued
+	token    int64   // the latest fencing token, 0 if none
+	until    instant // the local deadline (the deadline queue may have it earlier: expiry.go)
+	slot     int32   // the hold's index in the deadline queue; -1 when not queued, which is when it left the registry
+	watchdog bool    // renewed by the watchdog, rather than a fixed lease (which it checks)
+	holder   bool    // the registry's pick among the Client's holds on its lock and role (heldByOther)
+	next     *hold   // the registry's next hold with the same key
 	// op is held while a re-entry's attempt is in flight and while an
 	// Unlock decides whether it releases the last acquisition, so that a
 	// re-entry is never counted on a hold whose release is on its way.
+	// Most holds never need it: lockOp makes it.
 	op chan struct{}
 }
+
+// instant is a point in time, as the monotonic nanoseconds since the
+// package's epoch: a hold's deadline in 8 bytes, where a time.Time takes 24.
+type instant int64
+
+// epoch is when instants count from.
+var epoch = time.Now()
+
+func instantOf(t time.Time) instant { return instant(t.Sub(epoch)) }
+
+func (i instant) time() time.Time { return epoch.Add(time.Duration(i)) }
+
+// valid is how long after a renewal is sent the hold counts as valid.
+func (hd *hold) valid() time.Duration { return validity(hd.lease) }
 
 func (hd *hold) holdKey() holdKey { return holdKey{hd.kind.key(), hd.kind.field(hd.owner)} }
 
 // lockOp takes hd.op, unless ctx ends first.
 func (hd *hold) lockOp(ctx context.Context) error {
 	select {
-	case hd.op <- struct{}{}:
+	case hd.c.holds.opOf(hd) <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctxErr(ctx)
 	}
 }
 
+// unlockOp gives back hd.op, which lockOp made.
 func (hd *hold) unlockOp() { <-hd.op }
 
-// acquisition is one successful Lock: its lock context and fencing token.
-// unlocked is guarded by the registry's mutex.
+// opOf returns hd.op, made on first use.
+func (r *registry) opOf(hd *hold) chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if hd.op == nil {
+		hd.op = make(chan struct{}, 1)
+	}
+	return hd.op
+}
+
+// acquisition is one successful Lock, and the lock context Lock returned
+// for it: a context that the ctx given to Lock does not cancel (it has its
+// values), carrying the owner (under ownerKey), the acquisition (under its
+// handle's acqKey) and, when fenced, the token (under tokenKey). It ends
+// with cause (end) when its hold is unlocked or lost. Its cancellation is
+// a context.WithCancelCause made only when something asks for it (Done,
+// context.Cause, a context derived from it): a Client holding a million
+// locks whose contexts nobody watches keeps no channel for them.
+// unlocked is guarded by the registry's mutex, the rest of the
+// cancellation by mu.
 type acquisition struct {
 	hold     *hold
-	cancel   context.CancelCauseFunc
+	parent   context.Context
 	token    int64
+	fenced   bool
 	unlocked bool // Unlock was called with it
+
+	mu    sync.Mutex
+	cause error         // why it ended; nil while it stands
+	done  *cancellation // once asked for
 }
+
+// cancellation is a lock context's context.WithCancelCause.
+type cancellation struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// end ends the lock context with cause; a later end changes nothing.
+func (a *acquisition) end(cause error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cause != nil {
+		return
+	}
+	a.cause = cause
+	if a.done != nil {
+		a.done.cancel(cause)
+	}
+}
+
+// cancellation returns the context that carries the lock context's end,
+// made on first use (cancelled at once if it ended already).
+func (a *acquisition) cancellation() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done == nil {
+		ctx, cancel := context.WithCancelCause(context.WithoutCancel(a.parent))
+		a.done = &cancellation{ctx, cancel}
+		if a.cause != nil {
+			cancel(a.cause)
+		}
+	}
+	return a.done.ctx
+}
+
+// Deadline reports no deadline: a lock context ends with its hold.
+func (a *acquisition) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done is closed when the hold is unlocked or lost.
+func (a *acquisition) Done() <-chan struct{} { return a.cancellation().Done() }
+
+// Err is context.Canceled once the hold is unlocked or lost, nil before.
+func (a *acquisition) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.done != nil:
+		return a.done.ctx.Err()
+	case a.cause != nil:
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value answers the lock context's keys, and the parent's otherwise. A
+// key of type *int is how package context asks a context for the
+// cancelCtx under it (context.Cause, WithCancel and AfterFunc on a lock
+// context): the cancellation answers it, so that the cause reaches them
+// and the parent's own cancellation never does.
+func (a *acquisition) Value(key any) any {
+	hd := a.hold
+	switch k := key.(type) {
+	case acqKey:
+		if k.c == hd.c && k.key == hd.kind.key() && k.role == hd.kind.role() {
+			return a
+		}
+	case tokenKey:
+		if a.fenced {
+			return a.token
+		}
+	case fenceKey:
+		if a.fenced {
+			return Fence{Token: a.token, Holder: hd.owner}
+		}
+	case ownerKey:
+		if k.c == hd.c {
+			return hd.owner
+		}
+	case *int:
+		return a.cancellation().Value(key)
+	}
+	return a.parent.Value(key)
+}
+
+// String names the lock context, as package context names its own.
+func (a *acquisition) String() string { return "dlock.lockContext(" + a.hold.kind.key() + ")" }
 
 // Context keys. A lock context carries the owner (per Client, so that
 // nested locks of one call chain share it, like a thread id in Java) and
@@ -104,107 +233,107 @@ func (h *handle) register(ctx context.Context, req request, token int64, start t
 	if k, ok := h.kind.(selfKept); ok {
 		return k.keep(ctx, req, start)
 	}
-	cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	acq, err := h.c.holds.add(h, req, token, start, cancel)
-	if err != nil {
-		cancel(err)
+	acq := &acquisition{parent: ctx, token: token, fenced: req.fence}
+	if err := h.c.holds.add(h, req, acq, start); err != nil {
 		return nil, err
 	}
-	lockCtx := &lockContext{Context: cctx, c: h.c, owner: req.owner, acqKey: h.acqKey, acq: acq}
-	if req.fence {
-		lockCtx.token = token
-	}
-	return lockCtx, nil
-}
-
-// lockContext is a lock context: a context that ctx's end does not
-// cancel, ended by its acquisition's cancel, carrying the owner (under
-// ownerKey), the acquisition (under its handle's acqKey) and, when fenced,
-// the token (under tokenKey), as three context.WithValue layers would, in
-// one value.
-type lockContext struct {
-	context.Context
-	c      *Client
-	owner  string
-	acqKey any
-	acq    *acquisition
-	token  any // int64, or nil when not fenced
-}
-
-func (l *lockContext) Value(key any) any {
-	switch k := key.(type) {
-	case acqKey:
-		if key == l.acqKey {
-			return l.acq
-		}
-	case tokenKey:
-		if l.token != nil {
-			return l.token
-		}
-	case fenceKey:
-		if t, ok := l.token.(int64); ok {
-			return Fence{Token: t, Holder: l.owner}
-		}
-	case ownerKey:
-		if k.c == l.c {
-			return l.owner
-		}
-	}
-	return l.Context.Value(key)
+	return acq, nil
 }
 
 // registry is the Client's record of its holds, and the lock that guards
 // them: per owner's hold on a lock, the hold; per lock, one of this
-// Client's holds on it (for busyHere); whether the Client was closed
-// (add refuses then). Its mutex guards the maps and the fields of each
+// Client's holds on it (its holder, for busyHere); whether the Client was
+// closed (add refuses then). Its mutex guards the maps and the fields of each
 // hold and acquisition that say so; under it the registry calls out only
 // to the lease keeper (Add, Remove), so that a hold is kept exactly while
 // it is registered. The zero value is an empty registry.
 type registry struct {
-	mu      sync.Mutex
-	holds   map[holdKey]*hold
-	holders map[lockKey]*hold
-	dl      deadlines // the holds' local deadlines (expiry.go)
-	closed  bool
+	mu sync.Mutex
+	// holds has, per key, the Client's holds on it: the newest, and the
+	// others chained behind it (hold.next). A key has one hold but for
+	// shared read holds, the two halves of a read-write lock and kinds
+	// that share a name: one map with 24-byte entries, where a map per
+	// hold key and one per lock took 80 bytes a hold.
+	holds  map[string]*hold
+	dl     deadlines // the holds' local deadlines (expiry.go)
+	closed bool
 }
 
-// add records an acquisition of h's lock by req.owner, sent at start,
-// with its token and its lock context's cancel: in a new hold, which the
-// lease keeper keeps from now on, or in the owner's hold (a re-entry,
-// which set the lease again). It fails with ErrClosed once close was
-// called.
-func (r *registry) add(h *handle, req request, token int64, start time.Time, cancel context.CancelCauseFunc) (*acquisition, error) {
+// find returns the hold k, or nil. r.mu must be held.
+func (r *registry) find(k holdKey) *hold {
+	for hd := r.holds[k.key]; hd != nil; hd = hd.next {
+		if hd.kind.field(hd.owner) == k.field {
+			return hd
+		}
+	}
+	return nil
+}
+
+// link adds hd to the holds of its key, as the holder of its lock. r.mu
+// must be held.
+func (r *registry) link(hd *hold) {
+	key, role := hd.kind.key(), hd.kind.role()
+	if r.holds == nil {
+		r.holds = map[string]*hold{}
+	}
+	for o := r.holds[key]; o != nil; o = o.next {
+		if o.holder && o.kind.role() == role {
+			o.holder = false
+		}
+	}
+	hd.holder, hd.next = true, r.holds[key]
+	r.holds[key] = hd
+}
+
+// unlink takes hd out of the holds of its key. r.mu must be held.
+func (r *registry) unlink(hd *hold) {
+	key := hd.kind.key()
+	switch head := r.holds[key]; {
+	case head == hd && hd.next == nil:
+		delete(r.holds, key)
+	case head == hd:
+		r.holds[key] = hd.next
+	default:
+		for p := head; p != nil; p = p.next {
+			if p.next == hd {
+				p.next = hd.next
+				break
+			}
+		}
+	}
+	hd.holder, hd.next = false, nil
+}
+
+// add records acq, an acquisition of h's lock by req.owner sent at start:
+// in a new hold, which the lease keeper keeps from now on, or in the
+// owner's hold (a re-entry, which set the lease again). It fails with
+// ErrClosed once close was called.
+func (r *registry) add(h *handle, req request, acq *acquisition, start time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	k := h.holdKey(req.owner)
-	hd := r.holds[k]
+	hd := r.find(h.holdKey(req.owner))
 	if hd == nil {
 		hd = newHold(h, req, start)
-		if r.holds == nil {
-			r.holds, r.holders = map[holdKey]*hold{}, map[lockKey]*hold{}
-		}
-		r.holds[k] = hd
-		r.holders[h.queueKey()] = hd
+		r.link(hd)
 		r.queue(hd)          // lost when its local deadline passes
 		h.c.watchdog.Add(hd) // renews a watched hold, checks a fixed lease
 	} else {
 		hd.extend(start) // a re-entry set the lease again
 	}
-	hd.token = max(hd.token, token)
-	acq := &acquisition{hold: hd, cancel: cancel, token: token}
+	hd.token = max(hd.token, acq.token)
+	acq.hold = hd
 	hd.acqs = append(hd.acqs, acq)
-	return acq, nil
+	return nil
 }
 
 // newHold returns req.owner's hold on h's lock, taken by a request sent at
 // start, with its local deadline, not yet queued.
 func newHold(h *handle, req request, start time.Time) *hold {
-	hd := &hold{c: h.c, kind: h.kind, owner: req.owner, lease: req.lease, valid: validity(req.lease),
-		watchdog: !h.cfg.hasLease, op: make(chan struct{}, 1), slot: -1}
-	hd.until = start.Add(hd.valid)
+	hd := &hold{c: h.c, kind: h.kind, owner: req.owner, lease: req.lease, watchdog: !h.cfg.hasLease, slot: -1}
+	hd.until = instantOf(start.Add(hd.valid()))
 	return hd
 }
 
@@ -212,7 +341,7 @@ func newHold(h *handle, req request, start time.Time) *hold {
 // its lease again; the deadline queue finds it moved when the hold comes
 // up. The registry's mutex must be held.
 func (hd *hold) extend(start time.Time) {
-	if until := start.Add(hd.valid); until.After(hd.until) {
+	if until := instantOf(start.Add(hd.valid())); until > hd.until {
 		hd.until = until
 	}
 }
@@ -221,7 +350,7 @@ func (hd *hold) extend(start time.Time) {
 func (r *registry) held(k holdKey) *hold {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.holds[k]
+	return r.find(k)
 }
 
 // count is the hold count to report for the owner's hold k when Redis
@@ -229,7 +358,7 @@ func (r *registry) held(k holdKey) *hold {
 func (r *registry) count(k holdKey, n int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if hd := r.holds[k]; hd != nil && len(hd.acqs) > 0 {
+	if hd := r.find(k); hd != nil && len(hd.acqs) > 0 {
 		return len(hd.acqs)
 	}
 	return n
@@ -241,8 +370,13 @@ func (r *registry) count(k holdKey, n int) int {
 func (r *registry) heldByOther(qk lockKey, owner string) (left time.Duration, silent, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if hd := r.holders[qk]; hd != nil && hd.owner != owner {
-		return time.Until(hd.until), hd.kind.channel(hd.owner) == "", true
+	for hd := r.holds[qk.key]; hd != nil; hd = hd.next {
+		if hd.holder && hd.kind.role() == qk.role {
+			if hd.owner == owner {
+				break
+			}
+			return time.Until(hd.until.time()), hd.kind.channel(hd.owner) == "", true
+		}
 	}
 	return 0, false, false
 }
@@ -254,8 +388,9 @@ func (r *registry) registered(hd *hold) bool {
 	return r.current(hd)
 }
 
-// current is registered with r.mu held.
-func (r *registry) current(hd *hold) bool { return r.holds[hd.holdKey()] == hd }
+// current is registered with r.mu held: a hold is queued for its
+// deadline exactly while it is registered (add, drop, close).
+func (r *registry) current(hd *hold) bool { return hd.slot >= 0 }
 
 // latest returns hd's latest fencing token, for a re-entry; ok is false
 // when hd was released or lost.
@@ -285,7 +420,7 @@ func (r *registry) reentered(acq *acquisition) bool {
 func (r *registry) deadline(hd *hold) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return hd.until
+	return hd.until.time()
 }
 
 // dropAcquisition takes acq out of its hold for Unlock, with hd.op held.
@@ -338,7 +473,7 @@ func (c *Client) ended(hd *hold, acqs []*acquisition, err error) {
 	c.cfg.logger.Warn("dlock: lock lost", "lock", hd.kind.key(), "owner", hd.owner, "error", err)
 	c.observeLost(hd, acqs, err)
 	for _, a := range acqs {
-		a.cancel(err)
+		a.end(err)
 	}
 }
 
@@ -358,20 +493,26 @@ func (r *registry) dropHold(hd *hold) (acqs []*acquisition, ok bool) {
 // drop removes a hold from the registry, the lease keeper and the
 // deadline queue. r.mu must be held.
 func (r *registry) drop(hd *hold) {
-	delete(r.holds, hd.holdKey())
-	if qk := (lockKey{hd.kind.key(), hd.kind.role()}); r.holders[qk] == hd {
-		delete(r.holders, qk)
-	}
+	r.unlink(hd)
 	r.unqueue(hd)
 	hd.c.watchdog.Remove(hd)
 }
 
-// renewed moves a hold's local deadline after a renewal sent at start.
-func (r *registry) renewed(hd *hold, start time.Time) {
+// renewed moves the local deadline of each hold that a renewal sent at
+// start found alive, under one hold of the mutex for the chunk.
+func (r *registry) renewed(holds []*hold, alive []bool, start time.Time) {
+	var lease time.Duration // the holds of a chunk share one lease
+	var until instant
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.current(hd) {
-		hd.extend(start)
+	for i, hd := range holds {
+		if !alive[i] || !r.current(hd) {
+			continue
+		}
+		if hd.lease != lease {
+			lease, until = hd.lease, instantOf(start.Add(hd.valid()))
+		}
+		hd.until = max(hd.until, until)
 	}
 }
 
@@ -381,21 +522,22 @@ func (r *registry) extended(hd *hold, start time.Time, valid time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.current(hd) {
-		hd.until = start.Add(valid)
+		hd.until = instantOf(start.Add(valid))
 		r.moved(hd)
 	}
 }
 
 // close refuses every later add and returns the holds registered until
 // now, which leave the registry: Close ends them.
-func (r *registry) close() map[holdKey]*hold {
+func (r *registry) close() []*hold {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	holds := r.holds
-	r.holds, r.holders = nil, nil
-	for _, hd := range r.dl.heap {
-		hd.slot = -1
+	holds := make([]*hold, len(r.dl.heap)) // every registered hold is queued
+	r.holds = nil
+	for i, q := range r.dl.heap {
+		holds[i] = q.hd
+		q.hd.slot, q.hd.holder, q.hd.next = -1, false, nil
 	}
 	r.dl.heap = nil
 	r.arm() // stops the timer

@@ -53,7 +53,7 @@ func TestCompanionKeysShareSlot(t *testing.T) {
 	for _, name := range []string{"plain", "order:{42}:pay", "{a}", "a{b}c"} {
 		k := newMutexKind(nil, name)
 		keys := []string{
-			k.channelName, k.token,
+			k.channel(""), k.token(),
 			releaseLatch(name, "id"),
 			suffixName(name, "rwlock_timeout"),
 		}

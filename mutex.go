@@ -35,43 +35,45 @@ func (c *Client) NewMutex(name string, opts ...LockOption) (*Mutex, error) {
 }
 
 // mutexKind holds the Redis names of one reentrant lock, and the key lists
-// of its scripts (made once; a script call only reads them).
+// of its scripts, slices of one array (made once; a script call only
+// reads them). A Client may hold a million locks, each with its handle:
+// the names share one string, the key lists one array.
 type mutexKind struct {
-	c           *Client
-	name        string
-	channelName string
-	token       string
-	acquireKeys []string // the lock, the token counter
-	releaseKeys []string // the lock, the channel
-	handKeys    []string // the lock, the channel, the token counter
+	c *Client
+	// keys is the lock, the token counter, the lock, the channel, the
+	// token counter: the acquire script's keys (0:2), the handoff's (2:5),
+	// the release's (2:4).
+	keys [5]string
 }
 
 func newMutexKind(c *Client, name string) *mutexKind {
-	k := &mutexKind{c: c, name: name, channelName: layout.Prefixed(layout.LockChannelPrefix, name), token: layout.Prefixed(layout.TokenPrefix, name)}
-	k.acquireKeys = []string{k.name, k.token}
-	k.releaseKeys = []string{k.name, k.channelName}
-	k.handKeys = []string{k.name, k.channelName, k.token}
-	return k
+	channel, token := layout.PrefixedPair(layout.LockChannelPrefix, layout.TokenPrefix, name)
+	return &mutexKind{c: c, keys: [5]string{name, token, name, channel, token}}
 }
 
-func (k *mutexKind) key() string               { return k.name }
-func (k *mutexKind) lockName() string          { return k.name }
+func (k *mutexKind) acquireKeys() []string { return k.keys[0:2:2] }
+func (k *mutexKind) handKeys() []string    { return k.keys[2:5:5] }
+func (k *mutexKind) releaseKeys() []string { return k.keys[2:4:4] }
+func (k *mutexKind) token() string         { return k.keys[1] }
+
+func (k *mutexKind) key() string               { return k.keys[0] }
+func (k *mutexKind) lockName() string          { return k.keys[0] }
 func (k *mutexKind) field(owner string) string { return owner }
 func (k *mutexKind) role() string              { return "" }
 func (k *mutexKind) renewer() renewer          { return hashRenewer{} }
 func (k *mutexKind) label() string             { return KindMutex }
-func (k *mutexKind) channel(string) string     { return k.channelName }
+func (k *mutexKind) channel(string) string     { return k.keys[3] }
 
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {
-	return attemptReply(k.c.drv.Run(ctx, r.check, scripts.LockAcquire, k.acquireKeys, millis(r.lease), r.owner, fenceArg(r)))
+	return attemptReply(k.c.drv.Run(ctx, r.check, scripts.LockAcquire, k.acquireKeys(), millis(r.lease), r.owner, fenceArg(r)))
 }
 
 func (k *mutexKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return releaseReply(k.c.drv.Run(ctx, nil, scripts.LockRelease, k.releaseKeys, unlockMessage, r.owner, k.c.publish))
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.LockRelease, k.releaseKeys(), unlockMessage, r.owner, k.c.publish))
 }
 
 func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string, ours int) (handoff, error) {
-	cmd, resent := k.c.drv.Run(ctx, nil, scripts.LockReleaseTo, k.handKeys,
+	cmd, resent := k.c.drv.Run(ctx, nil, scripts.LockReleaseTo, k.handKeys(),
 		unlockMessage, r.owner, k.c.publish, next.owner, millis(next.lease), fenceArg(next), when, ours)
 	res, err := cmd.Int64Slice()
 	switch {
@@ -87,5 +89,5 @@ func (k *mutexKind) releaseTo(ctx context.Context, r, next request, when string,
 
 func (k *mutexKind) forceRelease(ctx context.Context) (bool, error) {
 	return k.c.forceScript(ctx, scripts.ForceRelease,
-		[]string{k.name, k.channelName, layout.UnlockLatch(k.name, k.c.newRequest())}, unlockMessage, k.c.publish)
+		[]string{k.key(), k.channel(""), layout.UnlockLatch(k.key(), k.c.newRequest())}, unlockMessage, k.c.publish)
 }

@@ -477,7 +477,7 @@ func (c *Client) observeLost(hd *hold, acqs []*acquisition, err error) {
 }
 
 // observeClosed reports the holds that Close ended: Lost.
-func (c *Client) observeClosed(holds map[holdKey]*hold) {
+func (c *Client) observeClosed(holds []*hold) {
 	if !c.observing() {
 		return
 	}

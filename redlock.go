@@ -222,7 +222,7 @@ func (k *redKind) fence(ctx context.Context, owner string, token int64) *QuorumE
 	failed := make([]*NodeError, len(k.nodes))
 	var ok, refused int
 	fanOut(ctx, k.nodes, k.timeout, func(ctx context.Context, nd redNode) (int64, error) {
-		return nd.c.eval(ctx, scripts.TokenRaise, []string{k.name, nd.m.token}, owner, token).Int64()
+		return nd.c.eval(ctx, scripts.TokenRaise, []string{k.name, nd.m.token()}, owner, token).Int64()
 	}, func(i int, held int64, err error) bool {
 		switch {
 		case err != nil:

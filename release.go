@@ -50,7 +50,7 @@ func (h *handle) Unlock(ctx context.Context) (err error) {
 	case err != nil:
 		return fmt.Errorf("%w: %q (%w)", ErrNotHeld, h.name, err)
 	case release == nil:
-		acq.cancel(ErrUnlocked)
+		acq.end(ErrUnlocked)
 		return nil
 	}
 	return h.release(bound, acq, release)
@@ -101,7 +101,7 @@ func (h *handle) release(ctx context.Context, acq *acquisition, b *busy) error {
 		select {
 		case err = <-first:
 		case <-ctx.Done():
-			acq.cancel(ErrUnlocked)
+			acq.end(ErrUnlocked)
 			return fmt.Errorf("dlock: unlock %q: %w (the release goes on in the background)", h.name, context.DeadlineExceeded)
 		}
 	} else {
@@ -114,16 +114,16 @@ func (h *handle) release(ctx context.Context, acq *acquisition, b *busy) error {
 	}
 	switch {
 	case errors.Is(err, ErrNotHeld):
-		acq.cancel(fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
+		acq.end(fmt.Errorf("%w: %q: not held at unlock", ErrLockLost, h.name))
 		return fmt.Errorf("%w: %q: Redis no longer had it", ErrNotHeld, h.name)
 	case retrying(err):
-		acq.cancel(ErrUnlocked)
+		acq.end(ErrUnlocked)
 		return fmt.Errorf("dlock: unlock %q: %w (retrying in the background until the lease ends)", h.name, err)
 	case err != nil:
-		acq.cancel(ErrUnlocked)
+		acq.end(ErrUnlocked)
 		return fmt.Errorf("dlock: unlock %q: %w (the lock expires with its lease)", h.name, err)
 	}
-	acq.cancel(ErrUnlocked)
+	acq.end(ErrUnlocked)
 	return nil
 }
 

@@ -100,12 +100,11 @@ func (c *Client) renew(ctx context.Context, _ string, holds []*hold) error {
 	if err != nil {
 		return fmt.Errorf("dlock: renewing %d locks: %w", len(holds), err)
 	}
+	if lease > 0 {
+		c.holds.renewed(holds, alive, start)
+	}
 	for i, hd := range holds {
-		switch {
-		case alive[i] && hd.watchdog:
-			c.holds.renewed(hd, start)
-		case alive[i]:
-		default:
+		if !alive[i] {
 			hd.lose(fmt.Errorf("%w: %q: the watchdog found it released or taken by another owner", ErrLockLost, hd.kind.lockName()))
 		}
 	}

@@ -154,8 +154,8 @@ m "fenced write takes an equal token from another holder" internal/scripts/fence
   "if token < last then" \
   . '^(TestFencedSetEqualToken)$'
 m "FenceOf without the lock's owner" hold.go \
-  "return Fence{Token: t, Holder: l.owner}" \
-  'return Fence{Token: t, Holder: "holder"}' \
+  "return Fence{Token: a.token, Holder: hd.owner}" \
+  'return Fence{Token: a.token, Holder: "holder"}' \
   . '^(TestFenceOf)$'
 m "fenced write raises the fence before the data" internal/scripts/fenced_write.lua \
   "end
@@ -238,9 +238,46 @@ m "renewal lag not reported" client.go \
 # The deadline queue finds a renewed hold's deadline moved and queues it
 # again, rather than losing it at the deadline it was queued at.
 m "deadline queue: a renewed hold lost at its first deadline" expiry.go \
-  'if hd.until.After(now) {' \
-  'if false && hd.until.After(now) {' \
+  'if hd.until > at {' \
+  'if false && hd.until > at {' \
   . '^(TestWatchdogKeepsLock)$'
+# Per held lock the Client keeps no channel: the op channel and the lock
+# context's cancellation are made when first needed (issue 23: a million
+# held locks in 800 B each).
+m "hold heap: op channel made with every hold" hold.go \
+  'watchdog: !h.cfg.hasLease, slot: -1}' \
+  'watchdog: !h.cfg.hasLease, slot: -1, op: make(chan struct{}, 1)}' \
+  . '^(TestHoldHeap)$'
+m "hold heap: lock context cancellation made with every lock" hold.go \
+  'acq := &acquisition{parent: ctx, token: token, fenced: req.fence}' \
+  'acq := &acquisition{parent: ctx, token: token, fenced: req.fence}; acq.cancellation()' \
+  . '^(TestHoldHeap)$'
+# A lock context's cause reaches context.Cause and derived contexts
+# through the cancellation made on demand (package context asks with a
+# *int key).
+m "lazy lock context: context.Cause without the cause" hold.go \
+  '	case *int:
+		return a.cancellation().Value(key)' \
+  '	case *float64:
+		return a.cancellation().Value(key)' \
+  . '^(TestLockContextCause)$'
+# A lock context that ended before its cancellation was made is made
+# cancelled.
+m "lazy lock context: an end before Done lost" hold.go \
+  '		if a.cause != nil {
+			cancel(a.cause)
+		}' \
+  '' \
+  . '^(TestLockContextCause)$'
+# The holder of a lock and role is the newest hold; none once dropped.
+m "registry: holder flag kept by an older hold" hold.go \
+  '			o.holder = false' \
+  '			o.holder = o.holder' \
+  . '^(TestRegistryChain)$'
+m "registry: a hold in the middle of a chain stays after it is dropped" hold.go \
+  '				p.next = hd.next' \
+  '				p.next = p.next' \
+  . '^(TestRegistryChain)$'
 # A release that fails while Redis restarts is sent again in the
 # background, and so is the give-back of an attempt whose reply was lost:
 # otherwise the lock stays taken for its lease. (The chaos scenario

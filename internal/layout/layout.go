@@ -132,6 +132,15 @@ func Prefixed(prefix, name string) string {
 	return prefix + ":" + HashTag(name)
 }
 
+// PrefixedPair is Prefixed(p1, name) and Prefixed(p2, name), sharing one
+// allocation (a Client may keep a million such names).
+func PrefixedPair(p1, p2, name string) (string, string) {
+	tag := HashTag(name)
+	both := p1 + ":" + tag + p2 + ":" + tag
+	n := len(p1) + 1 + len(tag)
+	return both[:n], both[n:]
+}
+
 // Suffixed is Redisson's rule for a companion key after the name:
 // "{name}:s", or "name:s" when the name already carries a hash tag.
 func Suffixed(name, suffix string) string {

@@ -21,6 +21,15 @@ func TestCompanionKeys(t *testing.T) {
 	}
 }
 
+func TestPrefixedPair(t *testing.T) {
+	for _, name := range []string{"a", "order:{42}:pay"} {
+		c, tok := PrefixedPair(LockChannelPrefix, TokenPrefix, name)
+		if c != Prefixed(LockChannelPrefix, name) || tok != Prefixed(TokenPrefix, name) {
+			t.Errorf("PrefixedPair(%q) = %q, %q; want Prefixed's", name, c, tok)
+		}
+	}
+}
+
 func TestSlot(t *testing.T) {
 	// Values from CLUSTER KEYSLOT on Redis 7.0.
 	for key, want := range map[string]uint16{"foo": 12182, "a{b}c": 3300, "x}y": 8210, "foo{}": 5542} {
