@@ -1323,6 +1323,21 @@ m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
   'bySlot[layout.Slot(ch)] = append(bySlot[layout.Slot(ch)], ch)' \
   'bySlot[layout.Slot("")] = append(bySlot[layout.Slot("")], ch)' \
   ./dlockrueidis '^(TestClusterSubscriptionsPerMaster)$'
+# The rueidis router's CLUSTER SLOTS ends with its caller's ctx (a
+# Subscribe's deadline, the hub's Close), is read by lookups only until the
+# first load ended, and is sent once for concurrent reloads.
+m "route: CLUSTER SLOTS detached from its caller" dlockrueidis/route.go \
+  'ctx, cancel := context.WithTimeout(ctx, routeTimeout)' \
+  'ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), routeTimeout)' \
+  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces)$'
+m "route: every lookup loads while the table is unread" dlockrueidis/route.go \
+  '	first := !r.tried' \
+  '	first := r.ranges == nil' \
+  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces)$'
+m "route: concurrent reloads not coalesced" dlockrueidis/route.go \
+  '	r.refresh = pubsub.Coalesce(r.load)' \
+  '	r.refresh = r.load' \
+  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces)$'
 # A Lock must not fail on the bound of an attempt handed aside, a
 # deadline its caller never set.
 m "send: an aside attempt's bound fails the Lock" send.go \
