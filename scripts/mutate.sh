@@ -1338,6 +1338,12 @@ m "route: concurrent reloads not coalesced" dlockrueidis/route.go \
   '	r.refresh = pubsub.Coalesce(r.load)' \
   '	r.refresh = r.load' \
   ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces)$'
+# The go-redis router's Refresh returns once the slot table is reloaded
+# (ReloadState only starts a reload).
+m "hub: Refresh does not wait for the slot table" client.go \
+  '			_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })' \
+  '			cc.ReloadState(ctx)' \
+  . '^(TestClusterRouterRefreshReloads)$'
 # A Lock must not fail on the bound of an attempt handed aside, a
 # deadline its caller never set.
 m "send: an aside attempt's bound fails the Lock" send.go \
