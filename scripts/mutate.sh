@@ -1316,8 +1316,8 @@ m "hub: connection per slot" client.go \
   '				return m.Options().Addr + "/" + strconv.Itoa(int(layout.Slot(channel)))' \
   . '^(TestClusterSubscriptionsPerMaster)$'
 m "hub: a moved slot's channels not subscribed again" internal/pubsub/hub.go \
-  '	h.rehomeLater(moved, 1)' \
-  '	_ = moved' \
+  '	h.rehomeLater(moved, retries)' \
+  '	_, _ = moved, retries' \
   . '^(TestClusterReshardMovesOneSlot)$'
 m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
   'bySlot[layout.Slot(ch)] = append(bySlot[layout.Slot(ch)], ch)' \

@@ -20,12 +20,14 @@
 // Each SSUBSCRIBE carries the channels of one slot, since a cluster refuses
 // (CROSSSLOT) one that spans slots. For the same reason the sharded hub owns
 // reconnection: go-redis would resubscribe every channel of a connection
-// with one SSUBSCRIBE, so on a broken, silent or refused connection the hub
+// with one SSUBSCRIBE, so on a broken or silent connection the hub
 // closes it and subscribes its channels again, slot by slot, on the
 // connections of the masters that own them then. When a slot moves (a
 // reshard or a failover) the cluster drops its subscribers with an
-// unsolicited SUNSUBSCRIBE; the hub then moves that slot's channels to the
-// new owner's connection, and wakes their waiters when they are confirmed.
+// unsolicited SUNSUBSCRIBE, and refuses an SSUBSCRIBE for it with MOVED;
+// the hub then moves that slot's channels to the new owner's connection,
+// and wakes their waiters when they are confirmed. Any other refusal
+// (NOPERM) is reported through OnError.
 //
 // Each connection has a reader goroutine that also checks its health: when
 // nothing arrives for a while it sends PING, and when the PING goes
@@ -91,6 +93,9 @@ type Router struct {
 	Node func(ctx context.Context, channel string) string
 	// Refresh has the routing table reloaded, before channels are
 	// subscribed again after their node failed, refused or dropped them.
+	// It returns once Node answers from the reloaded table, or when ctx
+	// ends. The hub runs one at a time: concurrent calls wait for the
+	// one in progress (Coalesce).
 	Refresh func(ctx context.Context)
 }
 
@@ -572,7 +577,7 @@ func (h *Hub) dropped(s *shard, name string) {
 		h.reopenLocked(s)
 		return
 	}
-	h.moveSlotLocked(s, h.route.Slot(name))
+	h.moveSlotLocked(s, h.route.Slot(name), 1)
 }
 
 // movedSlot reads the slot of a MOVED or ASK error reply.
@@ -586,25 +591,28 @@ func movedSlot(err error) (int, bool) {
 }
 
 // moveSlot moves the channels of one slot off s to the connection of the
-// slot's master, once the routing table was reloaded.
+// slot's master, once the routing table was reloaded. Refusals in a row
+// (an ASK while the slot migrates, a table that lags) are retried after a
+// growing pause.
 func (h *Hub) moveSlot(s *shard, slot int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || h.shards[s.key] != s {
 		return
 	}
-	h.moveSlotLocked(s, slot)
+	s.retries = min(s.retries+1, 16)
+	h.moveSlotLocked(s, slot, s.retries)
 }
 
 // moveSlotLocked is moveSlot with h.mu held. The last channel of s closes
 // it.
-func (h *Hub) moveSlotLocked(s *shard, slot int) {
+func (h *Hub) moveSlotLocked(s *shard, slot, retries int) {
 	moved := h.detach(s, func(n string) bool { return h.route.Slot(n) == slot })
 	if s.channels == 0 {
 		_ = s.close()
 		delete(h.shards, s.key)
 	}
-	h.rehomeLater(moved, 1)
+	h.rehomeLater(moved, retries)
 }
 
 // lost forgets the (S)SUBSCRIBE commands in flight on s when its connection
