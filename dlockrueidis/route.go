@@ -51,8 +51,10 @@ func newRouter(c rueidis.Client) *router {
 }
 
 // hubRouter returns the pubsub.Router of d's cluster.
-func (d *rdriver) hubRouter() pubsub.Router {
-	r := newRouter(d.c)
+func (d *rdriver) hubRouter() pubsub.Router { return newRouter(d.c).hubRouter() }
+
+// hubRouter returns r as a pubsub.Router.
+func (r *router) hubRouter() pubsub.Router {
 	return pubsub.Router{
 		Slot:    func(channel string) int { return int(layout.Slot(channel)) },
 		Node:    r.node,

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -66,5 +67,53 @@ func TestRouterHonoursCallerAndCoalesces(t *testing.T) {
 	wg.Wait()
 	if n := r.loads.Load() - 1; n > 2 {
 		t.Fatalf("%d CLUSTER SLOTS for 20 concurrent reloads, want 1", n)
+	}
+}
+
+// TestHubCloseWhileSlotsUnanswered: a sharded hub whose nodes all stopped
+// answering reopens its connection and reloads the slot table, which
+// cannot be read; Close ends that reload rather than waiting for it.
+func TestHubCloseWhileSlotsUnanswered(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	r := newRouter(rc)
+	hub := pubsub.NewSharded(func(_ context.Context, node string) pubsub.Conn {
+		return newConn(nodeClient(rc, node))
+	}, r.hubRouter())
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = hub.Close()
+		}
+	})
+	w, err := hub.Subscribe(context.Background(), "close:{1}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("subscription not confirmed within 10s")
+	}
+	for _, n := range cl.Nodes() {
+		n.Pause()
+		t.Cleanup(n.Resume)
+	}
+	// The reader finds the connection silent, reopens it and reloads
+	// the table: a second CLUSTER SLOTS, which no node answers.
+	waitFor(t, 20*time.Second, "a reload after the connection went silent", func() bool {
+		return r.loads.Load() >= 2
+	})
+	done := make(chan error, 1)
+	go func() { done <- hub.Close() }()
+	select {
+	case <-done:
+		closed = true
+	case <-time.After(routeTimeout / 2):
+		t.Fatalf("Close still waiting %v into a reload", routeTimeout/2)
 	}
 }

@@ -1329,7 +1329,7 @@ m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
 m "route: CLUSTER SLOTS detached from its caller" dlockrueidis/route.go \
   'ctx, cancel := context.WithTimeout(ctx, routeTimeout)' \
   'ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), routeTimeout)' \
-  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces)$'
+  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces|TestHubCloseWhileSlotsUnanswered)$'
 m "route: every lookup loads while the table is unread" dlockrueidis/route.go \
   '	first := !r.tried' \
   '	first := r.ranges == nil' \
