@@ -277,18 +277,28 @@ func newHub(rdb redis.UniversalClient, sharded bool) (string, *pubsub.Hub) {
 		// cluster PubSub connects to the master of its first SSUBSCRIBE.
 		return "spublish", pubsub.NewSharded(
 			func(ctx context.Context, _ string) pubsub.Conn { return cc.SSubscribe(ctx) },
-			pubsub.Router{
-				Slot: func(channel string) int { return int(layout.Slot(channel)) },
-				Node: func(ctx context.Context, channel string) string {
-					if m, err := cc.MasterForKey(ctx, channel); err == nil {
-						return m.Options().Addr
-					}
-					return ""
-				},
-				Refresh: cc.ReloadState,
-			})
+			clusterRouter(cc))
 	}
 	return "publish", pubsub.New(func(ctx context.Context) pubsub.Conn { return rdb.Subscribe(ctx) })
+}
+
+// clusterRouter routes the sharded hub's channels by cc's slot table.
+func clusterRouter(cc *redis.ClusterClient) pubsub.Router {
+	return pubsub.Router{
+		Slot: func(channel string) int { return int(layout.Slot(channel)) },
+		Node: func(ctx context.Context, channel string) string {
+			if m, err := cc.MasterForKey(ctx, channel); err == nil {
+				return m.Options().Addr
+			}
+			return ""
+		},
+		// ReloadState only starts a reload, which the channels moved
+		// next would not see: ForEachMaster reloads the table before it
+		// returns (within ctx), and has nothing to do on the masters.
+		Refresh: func(ctx context.Context) {
+			_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+		},
+	}
 }
 
 // Ping checks that Redis answers, for a service that wants to fail at

@@ -215,3 +215,65 @@ func TestClusterReshardMovesOneSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterRouterRefreshReloads: the go-redis router's Refresh returns
+// once the slot table is reloaded, so that the channels the hub moves
+// right after go to the slot's new master (go-redis's ReloadState only
+// starts a reload, and skips one within 200 ms of the last).
+func TestClusterRouterRefreshReloads(t *testing.T) {
+	cl := sharedCluster(t)
+	ctx := boundedCtx(t, 60*time.Second)
+	r := clusterRouter(newClusterRedis(t, cl, time.Second))
+	ch := prefixName(channelPrefix, topoName(t, clusterTopology(t)))
+	from := cl.MasterFor(ch)
+	if got := r.Node(ctx, ch); got != from.Addr() {
+		t.Fatalf("Node = %s, want %s", got, from.Addr())
+	}
+	to := otherMaster(t, ctx, cl, from)
+	if err := cl.MoveSlot(ctx, int(slot(ch)), from, to); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cl.WaitHealthy(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	// Every node must name the new owner, whichever one go-redis asks.
+	eventually(t, 15*time.Second, func() error {
+		for _, n := range cl.Nodes() {
+			v, err := n.Do(ctx, "CLUSTER", "SLOTS")
+			if err != nil {
+				return err
+			}
+			if got := slotOwner(v, int(slot(ch))); got != to.Port() {
+				return fmt.Errorf("%s names port %d for the slot", n.Addr(), got)
+			}
+		}
+		return nil
+	})
+	r.Refresh(ctx) // a first reload, whose cooldown skips the next
+	r.Refresh(ctx)
+	if got := r.Node(ctx, ch); got != to.Addr() {
+		t.Fatalf("Node after Refresh = %s, want the new owner %s", got, to.Addr())
+	}
+}
+
+// slotOwner returns the master's port for slot in a CLUSTER SLOTS reply,
+// or 0.
+func slotOwner(v any, slot int) int {
+	rows, _ := v.([]any)
+	for _, row := range rows {
+		f, _ := row.([]any)
+		if len(f) < 3 {
+			continue
+		}
+		from, _ := f[0].(int64)
+		to, _ := f[1].(int64)
+		m, _ := f[2].([]any)
+		if int64(slot) >= from && int64(slot) <= to && len(m) >= 2 {
+			port, _ := m[1].(int64)
+			return int(port)
+		}
+	}
+	return 0
+}

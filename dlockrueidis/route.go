@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
@@ -20,7 +21,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// routeTimeout bounds one CLUSTER SLOTS.
+// routeTimeout bounds one CLUSTER SLOTS, within its caller's ctx.
 const routeTimeout = 2 * time.Second
 
 // slotRange is one range of CLUSTER SLOTS's answer and its master.
@@ -29,34 +30,46 @@ type slotRange struct {
 	addr     string
 }
 
-// router caches a cluster's slot table.
+// router caches a cluster's slot table. The table is read once, by the
+// first lookup, and then only when the hub asks for it (Refresh): a lookup
+// never waits for CLUSTER SLOTS again, even while the table could not be
+// read, and concurrent reloads share one CLUSTER SLOTS (pubsub.Coalesce).
 type router struct {
-	c rueidis.Client
+	c       rueidis.Client
+	refresh func(ctx context.Context) // load, coalesced
+	loads   atomic.Int64              // CLUSTER SLOTS sent, for tests
 
 	mu     sync.Mutex
 	ranges []slotRange // nil until loaded
+	tried  bool        // a load has ended, loaded or not
+}
+
+func newRouter(c rueidis.Client) *router {
+	r := &router{c: c}
+	r.refresh = pubsub.Coalesce(r.load)
+	return r
 }
 
 // hubRouter returns the pubsub.Router of d's cluster.
-func (d *rdriver) hubRouter() pubsub.Router {
-	r := &router{c: d.c}
+func (d *rdriver) hubRouter() pubsub.Router { return newRouter(d.c).hubRouter() }
+
+// hubRouter returns r as a pubsub.Router.
+func (r *router) hubRouter() pubsub.Router {
 	return pubsub.Router{
-		Slot: func(channel string) int { return int(layout.Slot(channel)) },
-		Node: r.node,
-		Refresh: func(ctx context.Context) {
-			r.load(ctx)
-		},
+		Slot:    func(channel string) int { return int(layout.Slot(channel)) },
+		Node:    r.node,
+		Refresh: r.refresh,
 	}
 }
 
-// node names the master serving channel's slot, or "" if the table cannot
-// be read.
+// node names the master serving channel's slot, or "" if the table does
+// not say. Only the lookups before the first load has ended load it.
 func (r *router) node(ctx context.Context, channel string) string {
 	r.mu.Lock()
-	loaded := r.ranges != nil
+	first := !r.tried
 	r.mu.Unlock()
-	if !loaded {
-		r.load(ctx)
+	if first {
+		r.refresh(ctx)
 	}
 	slot := int(layout.Slot(channel))
 	r.mu.Lock()
@@ -69,14 +82,24 @@ func (r *router) node(ctx context.Context, channel string) string {
 	return ""
 }
 
-// load reads CLUSTER SLOTS; on error the table stays as it was.
+// load reads CLUSTER SLOTS within ctx and at most routeTimeout; on error
+// the table stays as it was.
 func (r *router) load(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), routeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, routeTimeout)
 	defer cancel()
+	r.loads.Add(1)
 	rows, err := r.c.Do(ctx, r.c.B().ClusterSlots().Build()).ToArray()
-	if err != nil {
-		return
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tried = true
+	if err == nil {
+		r.ranges = parseSlots(rows)
 	}
+}
+
+// parseSlots reads the ranges of a CLUSTER SLOTS answer, skipping rows it
+// cannot read.
+func parseSlots(rows []rueidis.RedisMessage) []slotRange {
 	ranges := make([]slotRange, 0, len(rows))
 	for _, row := range rows {
 		f, err := row.ToArray()
@@ -93,9 +116,7 @@ func (r *router) load(ctx context.Context) {
 		port, _ := m[1].AsInt64()
 		ranges = append(ranges, slotRange{int(from), int(to), net.JoinHostPort(host, strconv.FormatInt(port, 10))})
 	}
-	r.mu.Lock()
-	r.ranges = ranges
-	r.mu.Unlock()
+	return ranges
 }
 
 // nodeClient returns the client of the named node, or of some node when

@@ -1349,17 +1349,115 @@ m "hub: one SSUBSCRIBE for every slot of a connection" internal/pubsub/hub.go \
 			bySlot[node][slot]' \
   . '^(TestClusterHubReconnectEverySlot)$'
 m "hub: connection per slot" client.go \
-  '						return m.Options().Addr' \
-  '						return m.Options().Addr + "/" + strconv.Itoa(int(layout.Slot(channel)))' \
+  '				return m.Options().Addr' \
+  '				return m.Options().Addr + "/" + strconv.Itoa(int(layout.Slot(channel)))' \
   . '^(TestClusterSubscriptionsPerMaster)$'
 m "hub: a moved slot's channels not subscribed again" internal/pubsub/hub.go \
-  '	h.rehomeLater(moved, 1)' \
-  '	_ = moved' \
+  '	h.rehomeLater(moved, retries)' \
+  '	_, _ = moved, retries' \
   . '^(TestClusterReshardMovesOneSlot)$'
 m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
   'bySlot[layout.Slot(ch)] = append(bySlot[layout.Slot(ch)], ch)' \
   'bySlot[layout.Slot("")] = append(bySlot[layout.Slot("")], ch)' \
   ./dlockrueidis '^(TestClusterSubscriptionsPerMaster)$'
+# The rueidis router's CLUSTER SLOTS ends with its caller's ctx (a
+# Subscribe's deadline, the hub's Close), is read by lookups only until the
+# first load ended, and is sent once for concurrent reloads.
+m "route: CLUSTER SLOTS detached from its caller" dlockrueidis/route.go \
+  'ctx, cancel := context.WithTimeout(ctx, routeTimeout)' \
+  'ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), routeTimeout)' \
+  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces|TestHubCloseWhileSlotsUnanswered)$'
+m "route: every lookup loads while the table is unread" dlockrueidis/route.go \
+  '	first := !r.tried' \
+  '	first := r.ranges == nil' \
+  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces)$'
+m "route: concurrent reloads not coalesced" dlockrueidis/route.go \
+  '	r.refresh = pubsub.Coalesce(r.load)' \
+  '	r.refresh = r.load' \
+  ./dlockrueidis '^(TestRouterHonoursCallerAndCoalesces)$'
+# The go-redis router's Refresh returns once the slot table is reloaded
+# (ReloadState only starts a reload).
+m "hub: Refresh does not wait for the slot table" client.go \
+  '			_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })' \
+  '			cc.ReloadState(ctx)' \
+  . '^(TestClusterRouterRefreshReloads)$'
+# An error reply to one SSUBSCRIBE: MOVED moves that slot's channels
+# only, and a refusal for good (NOPERM) is reported, not retried by
+# reopening the connection every 250 ms.
+m "hub: MOVED reopens the whole connection" internal/pubsub/hub.go \
+  '				h.moveSlot(s, slot)
+				continue' \
+  '				h.reopen(s)
+				_ = slot
+				return' \
+  ./internal/pubsub '^(TestClusterMovedMovesOneSlot)$'
+m "hub: a refused SSUBSCRIBE reopens the connection" internal/pubsub/hub.go \
+  '			if h.OnError != nil {
+				h.OnError(err)
+			}
+		case errors.As(err, &nerr) && nerr.Timeout():' \
+  '			if h.sharded {
+				h.reconnecting(err)
+				h.reopen(s)
+				return
+			}
+			if h.OnError != nil {
+				h.OnError(err)
+			}
+		case errors.As(err, &nerr) && nerr.Timeout():' \
+  ./internal/pubsub '^(TestClusterRefusalReported)$'
+# Channels moved to another connection are subscribed after the hub's
+# mutex is released: a dial to a node that does not answer must not hold
+# up every other waiter.
+m "hub: rehome dials under the mutex" internal/pubsub/hub.go \
+  '	h.mu.Unlock()
+	for _, p := range plan {
+		for _, names := range p.slots {
+			if p.err = h.subscribe(h.life, p.s.ps, names...); p.err != nil {
+				break
+			}
+		}
+	}
+	h.mu.Lock()' \
+  '	for _, p := range plan {
+		for _, names := range p.slots {
+			if p.err = h.subscribe(h.life, p.s.ps, names...); p.err != nil {
+				break
+			}
+		}
+	}' \
+  ./internal/pubsub '^(TestClusterRehomeDoesNotBlockHub)$'
+# A classic hub's reopened connection subscribes the channels that still
+# have waiters after its pause, not those it had before.
+m "hub: reopen subscribes channels whose waiters left" internal/pubsub/hub.go \
+  '	for _, ch := range h.channels {
+		if ch.shard == s {
+			ch.shard, ch.moved = ns, true
+		}
+	}
+	h.shards[s.key] = ns
+	h.done.Add(1)
+	go func() {
+		defer h.done.Done()
+		// Give the server a moment; on error go-redis keeps the channels
+		// and resubscribes them when the reader reconnects.
+		if sleep(h.life, backoff(retries)) {
+			if names := h.pending(ns); len(names) > 0 {' \
+  '	var names []string
+	for name, ch := range h.channels {
+		if ch.shard == s {
+			ch.shard, ch.moved = ns, true
+			ns.inflight[name]++
+			names = append(names, name)
+		}
+	}
+	h.shards[s.key] = ns
+	h.done.Add(1)
+	go func() {
+		defer h.done.Done()
+		if sleep(h.life, backoff(retries)) {
+			if len(names) > 0 {' \
+  ./internal/pubsub '^(TestReopenSkipsLeftChannels)$'
 # A Lock must not fail on the bound of an attempt handed aside, a
 # deadline its caller never set.
 m "send: an aside attempt's bound fails the Lock" wait.go \

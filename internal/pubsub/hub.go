@@ -20,12 +20,14 @@
 // Each SSUBSCRIBE carries the channels of one slot, since a cluster refuses
 // (CROSSSLOT) one that spans slots. For the same reason the sharded hub owns
 // reconnection: go-redis would resubscribe every channel of a connection
-// with one SSUBSCRIBE, so on a broken, silent or refused connection the hub
+// with one SSUBSCRIBE, so on a broken or silent connection the hub
 // closes it and subscribes its channels again, slot by slot, on the
 // connections of the masters that own them then. When a slot moves (a
 // reshard or a failover) the cluster drops its subscribers with an
-// unsolicited SUNSUBSCRIBE; the hub then moves that slot's channels to the
-// new owner's connection, and wakes their waiters when they are confirmed.
+// unsolicited SUNSUBSCRIBE, and refuses an SSUBSCRIBE for it with MOVED;
+// the hub then moves that slot's channels to the new owner's connection,
+// and wakes their waiters when they are confirmed. Any other refusal
+// (NOPERM) is reported through OnError.
 //
 // Each connection has a reader goroutine that also checks its health: when
 // nothing arrives for a while it sends PING, and when the PING goes
@@ -38,6 +40,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -90,6 +93,9 @@ type Router struct {
 	Node func(ctx context.Context, channel string) string
 	// Refresh has the routing table reloaded, before channels are
 	// subscribed again after their node failed, refused or dropped them.
+	// It returns once Node answers from the reloaded table, or when ctx
+	// ends. The hub runs one at a time: concurrent calls wait for the
+	// one in progress (Coalesce).
 	Refresh func(ctx context.Context)
 }
 
@@ -188,6 +194,7 @@ func NewSharded(open func(ctx context.Context, node string) Conn, r Router) *Hub
 
 func newHub(open func(ctx context.Context, node string) Conn, sharded bool, r Router) *Hub {
 	life, end := context.WithCancel(context.Background())
+	r.Refresh = Coalesce(r.Refresh)
 	return &Hub{
 		open: open, sharded: sharded, route: r, life: life, end: end,
 		shards: map[string]*shard{}, channels: map[string]*channel{},
@@ -447,12 +454,15 @@ func (h *Hub) run(ctx context.Context, s *shard) {
 			pinged, failures = false, 0
 			h.handle(s, msg)
 		case errors.As(err, &rerr):
-			// An error reply to a subscription, such as MOVED for an
-			// SSUBSCRIBE sent to a node that no longer serves the slot.
-			if h.sharded {
+			// An error reply to a subscription. MOVED (or ASK) answers
+			// an SSUBSCRIBE sent to a node that no longer serves its
+			// slot: that slot's channels move, the others stay. Other
+			// refusals (NOPERM) would be refused again: reported, and
+			// their waiters wake at the lock's TTL.
+			if slot, ok := movedSlot(err); ok && h.sharded {
 				h.reconnecting(err)
-				h.reopen(s)
-				return
+				h.moveSlot(s, slot)
+				continue
 			}
 			if h.OnError != nil {
 				h.OnError(err)
@@ -567,13 +577,42 @@ func (h *Hub) dropped(s *shard, name string) {
 		h.reopenLocked(s)
 		return
 	}
-	slot := h.route.Slot(name)
+	h.moveSlotLocked(s, h.route.Slot(name), 1)
+}
+
+// movedSlot reads the slot of a MOVED or ASK error reply.
+func movedSlot(err error) (int, bool) {
+	f := strings.Fields(err.Error())
+	if len(f) < 2 || f[0] != "MOVED" && f[0] != "ASK" {
+		return 0, false
+	}
+	slot, perr := strconv.Atoi(f[1])
+	return slot, perr == nil
+}
+
+// moveSlot moves the channels of one slot off s to the connection of the
+// slot's master, once the routing table was reloaded. Refusals in a row
+// (an ASK while the slot migrates, a table that lags) are retried after a
+// growing pause.
+func (h *Hub) moveSlot(s *shard, slot int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.shards[s.key] != s {
+		return
+	}
+	s.retries = min(s.retries+1, 16)
+	h.moveSlotLocked(s, slot, s.retries)
+}
+
+// moveSlotLocked is moveSlot with h.mu held. The last channel of s closes
+// it.
+func (h *Hub) moveSlotLocked(s *shard, slot, retries int) {
 	moved := h.detach(s, func(n string) bool { return h.route.Slot(n) == slot })
 	if s.channels == 0 {
 		_ = s.close()
 		delete(h.shards, s.key)
 	}
-	h.rehomeLater(moved, 1)
+	h.rehomeLater(moved, retries)
 }
 
 // lost forgets the (S)SUBSCRIBE commands in flight on s when its connection
@@ -619,12 +658,9 @@ func (h *Hub) reopenLocked(s *shard) {
 	ns := h.newShard(h.life, s.key)
 	ns.channels = s.channels
 	ns.retries = retries
-	var names []string
-	for name, ch := range h.channels {
+	for _, ch := range h.channels {
 		if ch.shard == s {
 			ch.shard, ch.moved = ns, true
-			ns.inflight[name]++
-			names = append(names, name)
 		}
 	}
 	h.shards[s.key] = ns
@@ -634,7 +670,9 @@ func (h *Hub) reopenLocked(s *shard) {
 		// Give the server a moment; on error go-redis keeps the channels
 		// and resubscribes them when the reader reconnects.
 		if sleep(h.life, backoff(retries)) {
-			_ = h.subscribe(h.life, ns.ps, names...)
+			if names := h.pending(ns); len(names) > 0 {
+				_ = h.subscribe(h.life, ns.ps, names...)
+			}
 		}
 		h.mu.Lock()
 		if h.shards[ns.key] == ns {
@@ -642,6 +680,22 @@ func (h *Hub) reopenLocked(s *shard) {
 		}
 		h.mu.Unlock()
 	}()
+}
+
+// pending returns the channels on ns that still have waiters, to be
+// subscribed on it, and counts their SUBSCRIBE as in flight: a channel
+// whose last waiter left during the pause is not subscribed again.
+func (h *Hub) pending(ns *shard) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var names []string
+	for name, ch := range h.channels {
+		if ch.shard == ns && len(ch.waiters) > 0 {
+			ns.inflight[name]++
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // detach takes the channels of s that match off it, to be subscribed
@@ -678,19 +732,59 @@ func (h *Hub) rehomeLater(names []string, retries int) {
 		for _, n := range names {
 			nodes[n] = h.route.Node(h.life, n)
 		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
 		h.rehome(nodes, retries)
 	}()
 }
 
+// placement is the channels rehome subscribes on one connection, one
+// SSUBSCRIBE per slot.
+type placement struct {
+	s     *shard
+	fresh bool // s is new: its reader starts after the SSUBSCRIBEs
+	slots [][]string
+	err   error
+}
+
 // rehome subscribes each channel still waiting for a connection on its
-// node's, opening it if need be, with one SSUBSCRIBE per slot; h.mu must
-// be held. A connection that fails is reopened, which moves its channels
-// again after a longer pause.
+// node's, opening it if need be, with one SSUBSCRIBE per slot. h.mu must
+// not be held: the channels are placed under it, but the SSUBSCRIBEs (and
+// the dial of a new connection) are sent after it is released, so that
+// other waiters need not wait for a node that does not answer. A placed
+// channel is the connection's from then on: its confirmation wakes its
+// waiters (it was detached as moved). A connection that fails is
+// reopened, which moves its channels again after a longer pause.
 func (h *Hub) rehome(nodes map[string]string, retries int) {
+	h.mu.Lock()
+	plan := h.place(nodes, retries)
+	h.mu.Unlock()
+	for _, p := range plan {
+		for _, names := range p.slots {
+			if p.err = h.subscribe(h.life, p.s.ps, names...); p.err != nil {
+				break
+			}
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range plan {
+		if h.closed || h.shards[p.s.key] != p.s {
+			continue // closed, or emptied and closed meanwhile
+		}
+		if p.err != nil {
+			h.reconnecting(p.err)
+			h.reopenLocked(p.s)
+		} else if p.fresh {
+			h.start(p.s)
+		}
+	}
+}
+
+// place records each channel of nodes still waiting for a connection on
+// its node's, creating the connection (not dialled yet) if need be, and
+// returns what to send; h.mu must be held.
+func (h *Hub) place(nodes map[string]string, retries int) []*placement {
 	if h.closed {
-		return
+		return nil
 	}
 	bySlot := map[string]map[int][]string{}
 	for name, node := range nodes {
@@ -702,33 +796,25 @@ func (h *Hub) rehome(nodes map[string]string, retries int) {
 			bySlot[node][slot] = append(bySlot[node][slot], name)
 		}
 	}
+	var plan []*placement
 	for node, slots := range bySlot {
-		s := h.shards[node]
-		fresh := s == nil
-		if fresh {
-			s = h.newShard(h.life, node)
-			s.retries = retries
-			h.shards[node] = s
+		p := &placement{s: h.shards[node]}
+		if p.fresh = p.s == nil; p.fresh {
+			p.s = h.newShard(h.life, node)
+			p.s.retries = retries
+			h.shards[node] = p.s
 		}
-		var failed error
 		for _, names := range slots {
 			for _, name := range names {
-				h.channels[name].shard = s
-				s.channels++
-				s.inflight[name]++
+				h.channels[name].shard = p.s
+				p.s.channels++
+				p.s.inflight[name]++
 			}
-			if failed == nil {
-				failed = h.subscribe(h.life, s.ps, names...)
-			}
+			p.slots = append(p.slots, names)
 		}
-		if fresh {
-			h.start(s)
-		}
-		if failed != nil {
-			h.reconnecting(failed)
-			h.reopenLocked(s)
-		}
+		plan = append(plan, p)
 	}
+	return plan
 }
 
 func backoff(n int) time.Duration {

@@ -14,6 +14,10 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if err := closeCluster(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if err := redistest.CheckGoroutines(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
@@ -342,4 +346,54 @@ func TestSubscribeAfterLostConfirmation(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a subscription after a reconnect was not confirmed within 5s: a lost one's count was kept")
 	}
+}
+
+// TestReopenSkipsLeftChannels: after a frozen server's connection is
+// replaced, the hub subscribes the channels on the new one after a pause;
+// a channel whose last waiter left during that pause is not subscribed
+// again (it would stay subscribed with no waiter).
+func TestReopenSkipsLeftChannels(t *testing.T) {
+	srv := redistest.NewServer(t)
+	h, rdb := testHub(t, srv)
+	ctx := context.Background()
+	stay := subscribe(t, h, "stay")
+	gone, err := h.Subscribe(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close(false)
+	select {
+	case <-gone.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription not confirmed within 5s")
+	}
+	first := h.shard("")
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	// Polled every 10 ms: well within the pause (backoff) before the
+	// new connection subscribes.
+	awaitCond(t, 4*healthInterval, func() error {
+		if h.shard("") == first {
+			return errors.New("the frozen connection was not replaced")
+		}
+		return nil
+	})
+	gone.Close(false)
+	srv.Resume()
+	resumed = true
+	if got := woken(10*time.Second, stay); !got[0] {
+		t.Fatal("waiter not woken after the server came back")
+	}
+	eventually(t, func() error {
+		n, err := rdb.PubSubNumSub(ctx, "stay", "gone").Result()
+		if err == nil && (n["stay"] != 1 || n["gone"] != 0) {
+			err = fmt.Errorf("subscribers: %v, want stay 1, gone 0", n)
+		}
+		return err
+	})
 }
