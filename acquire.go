@@ -99,7 +99,8 @@ func (h *handle) waiter(ctx context.Context, try bool) (*waiter, error) {
 		return nil, err
 	}
 	_, counts := h.kind.(countedWakes)
-	w := &waiter{sleeper: sleeper{hub: h.c.hub, counts: counts}, h: h, req: req, hands: h.handsOver(req)}
+	_, listens := h.kind.(messageHander)
+	w := &waiter{sleeper: sleeper{hub: h.c.hub, counts: counts, listens: listens}, h: h, req: req, hands: h.handsOver(req)}
 	if s, ok := h.kind.(spinner); ok && !try {
 		w.spin = s.newBackoff()
 	}
@@ -156,7 +157,8 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 // without the attempt that follows a new subscription.
 func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, error) {
 	h, req := w.h, w.req
-	w.req.fresh = false // an attempt may leave background work on the owner's hold
+	w.req.fresh = false  // an attempt may leave background work on the owner's hold
+	w.req.handed = false // this attempt takes the token a hand-over did not
 	if k, ok := h.kind.(selfKept); ok {
 		// An owner per attempt: what an earlier attempt may have taken is
 		// given back apart, and a later one never finds it.
@@ -194,6 +196,7 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		done = hd.unlockOp
 	}
 	start := time.Now()
+	w.sent = start
 	var res attemptResult
 	left := false
 	if h.sendsInline(ctx) {

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -271,16 +273,67 @@ func (k *fairKind) subscribeEarly() bool {
 // its next Locks subscribe before their first attempt.
 const fairBusyFor = time.Second
 
+// release gives back r.owner's hold. When the head waiter is a dlock
+// waiter of this Client, or of a Client whose holder record is there
+// (read in the script, so not on a cluster, where it is in another slot),
+// the release hands the lock over to it with r's lease (and a fencing
+// token when r is fenced), and tells it so (fair_release.lua,
+// handedOver): the head needs no attempt of its own. Not with
+// WithReplicaSync: the head's hold would skip the replica sync.
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
-		unlockMessage, r.owner, k.c.publish, k.wait))
+	args := []any{unlockMessage, r.owner, k.c.publish, k.wait}
+	if !k.c.cfg.replicas.enabled() {
+		args = append(args, millis(r.lease), boolArg(r.fence), k.c.id)
+		if !k.c.cluster {
+			args = append(args, layout.ClientRecordPrefix)
+		}
+	}
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease,
+		[]string{k.name, k.queue, k.deadlines, k.channelPrefix, k.token}, args...))
 }
 
-// leave takes a waiter that gave up out of the queue.
+// handedOver reads the messages of owner's channel (msgs, oldest first)
+// for a hand-over (fair_release.lua): found says that a release gave the
+// lock to the waiter, with the lease lease and the fencing token token
+// (0 when the release took none).
+func (k *fairKind) handedOver(msgs []string) (lease time.Duration, token int64, found bool) {
+	for _, m := range msgs {
+		rest, ok := strings.CutPrefix(m, fairHandOverPrefix)
+		if !ok {
+			continue
+		}
+		ms, tok, ok := strings.Cut(rest, ":")
+		l, err1 := strconv.ParseInt(ms, 10, 64)
+		t, err2 := strconv.ParseInt(tok, 10, 64)
+		if ok && err1 == nil && err2 == nil {
+			lease, token, found = time.Duration(l)*time.Millisecond, t, true
+		}
+	}
+	return lease, token, found
+}
+
+// fairHandOverPrefix starts the message that tells a waiter that a
+// release handed it the lock: "h:<lease ms>:<token>".
+const fairHandOverPrefix = "h:"
+
+// leave takes a waiter that gave up out of the queue. A release may have
+// handed the lock over to it meanwhile (the script then finds it holding
+// the lock, not queued): unless this Client holds the lock for the owner
+// (a re-entry), the lock is given back like an Unlock would, to the next
+// waiter.
 func (k *fairKind) leave(ctx context.Context, r request) error {
 	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
-	return k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Err()
+	n, err := k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Int64()
+	if err != nil || n != fairLeftHolding || r.reentry || k.c.holds.held(holdKey{k.key(), k.field(r.owner)}) != nil {
+		return err
+	}
+	_, err = k.release(ctx, r)
+	return err
 }
+
+// fairLeftHolding is fair_leave.lua's answer for an owner that was not
+// queued but holds the lock.
+const fairLeftHolding = 2
 
 // prune takes a waiter found dead out of the queue, and wakes it on its
 // channel: should it be alive after all (its record lost to an eviction,

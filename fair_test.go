@@ -81,10 +81,32 @@ func noChannelsLeft(t testing.TB, name string) {
 	})
 }
 
-// fairNotices subscribes to every waiter channel of the fair lock name.
-// The function it returns gives the owners woken since the last call, in
-// order, and checks that each notice was an unlock message.
+// fairNotices subscribes to every waiter channel of the fair lock name
+// and returns a function that reports, in order, the owners told since its
+// last call. Every message must be an unlock message or a hand-over.
 func fairNotices(t *testing.T, name string) func() []string {
+	t.Helper()
+	messages := fairMessages(t, name)
+	return func() []string {
+		t.Helper()
+		var woken []string
+		for _, m := range messages() {
+			if m.payload != unlockMessage && !strings.HasPrefix(m.payload, fairHandOverPrefix) {
+				t.Errorf("message %q to %s", m.payload, m.owner)
+			}
+			woken = append(woken, m.owner)
+		}
+		return woken
+	}
+}
+
+// fairMessage is a message on a fair lock waiter's channel.
+type fairMessage struct{ owner, payload string }
+
+// fairMessages subscribes to every waiter channel of the fair lock name
+// and returns a function that reports, in order, the messages published
+// since its last call.
+func fairMessages(t *testing.T, name string) func() []fairMessage {
 	t.Helper()
 	ctx := context.Background()
 	prefix := prefixName(channelPrefix, name) + ":"
@@ -96,15 +118,15 @@ func fairNotices(t *testing.T, name string) func() []string {
 	if _, err := watch.Receive(sctx); err != nil { // the PSUBSCRIBE's confirmation
 		t.Fatal(err)
 	}
-	return func() []string {
+	return func() []fairMessage {
 		t.Helper()
 		// Messages arrive in order: once a marker published now is back,
-		// every earlier notice is in.
+		// every earlier message is in.
 		marker := prefix + "marker"
 		if err := rdb.Publish(ctx, marker, "x").Err(); err != nil {
 			t.Fatal(err)
 		}
-		var woken []string
+		var got []fairMessage
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		for {
@@ -113,12 +135,9 @@ func fairNotices(t *testing.T, name string) func() []string {
 				t.Fatal(err)
 			}
 			if msg.Channel == marker {
-				return woken
+				return got
 			}
-			if msg.Payload != unlockMessage {
-				t.Errorf("message %q on %s", msg.Payload, msg.Channel)
-			}
-			woken = append(woken, strings.TrimPrefix(msg.Channel, prefix))
+			got = append(got, fairMessage{strings.TrimPrefix(msg.Channel, prefix), msg.Payload})
 		}
 	}
 }

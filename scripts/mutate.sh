@@ -778,6 +778,47 @@ m "fair: the head of a free lock not named for a check" internal/scripts/fair_ac
   "  if not locked or second then" \
   "  if second then" \
   . '^(TestFairTryLockPastDeadWaiter)$'
+# A release hands the lock over to a live dlock head waiter of any Client
+# and tells it so: the head needs no attempt of its own.
+m "fair: release wakes a dlock head instead of handing over" internal/scripts/fair_release.lua \
+  "if head and ARGV[5] and aliveHead(head) then" \
+  "if false then" \
+  . '^(TestFairReleaseHandsOver)$'
+# The head takes the message of a hand-over as its grant.
+m "fair: a head handed the lock attempts again" wait.go \
+  "	return grant{ok: true, token: token, start: w.sent}" \
+  "	return grant{}" \
+  . '^(TestFairReleaseHandsOver)$'
+# A dlock head whose Client's record is gone (its process died) is not
+# handed the lock, which it would hold for a lease: it is woken, and the
+# waiter behind it takes it out for dead.
+m "fair: a dead dlock head handed the lock" internal/scripts/fair_release.lua \
+  "  return n == 1" \
+  "  return true" \
+  . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
+# The new head behind the one handed the lock gets one wait past the new
+# hold, as when a waiter takes the lock itself.
+m "fair: a hand-over leaves the new head's deadline where it was" internal/scripts/fair_release.lua \
+  "  promote(KEYS[3], after, now + lease + tonumber(ARGV[4]))" \
+  "  local _ = after" \
+  . '^(TestFairGrantMovesQueueUp|TestFairJavaWaiterAmongDlockGrants)$'
+# A head whose handle has another lease than the hand-over's sets its own.
+m "fair: a hand-over's lease taken for the head's own" wait.go \
+  "	case millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  "	case time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  . '^(TestFairHandOverOtherLease)$'
+# A fenced head handed the lock without a token takes a new one.
+m "fair: a fenced head handed over without a token keeps the last token" wait.go \
+  "		w.req.handed = true" \
+  "		w.req.handed = false" \
+  . '^(TestFairHandOverFencedWithoutToken)$'
+# A waiter that gives up after a hand-over gives the lock back.
+m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \
+  "if err != nil || n != fairLeftHolding ||" \
+  "if true ||" \
+  . '^(TestFairLeaveAfterHandOver)$'
+# The dlockOwner check in aliveHead only spares a Redisson head's record
+# read (no record has its id): not observable, so not a mutation here.
 # A waiter joins the queue only once its Client's record is written.
 m "fair: joins the queue before its record is written" fair.go \
   '		k.c.record.await(ctx, k.c.done)' \

@@ -1,21 +1,88 @@
 -- fair_release.lua: give back an owner's hold on a fair lock (Redisson
--- FairLock layout). Runs after fair_queue.lua. The Client counts
--- re-entries, so this runs once, for the last Unlock; freeing the lock
--- wakes the head waiter only, on its own channel.
+-- FairLock layout). Runs after fence.lua and fair_queue.lua. The Client
+-- counts re-entries, so this runs once, for the last Unlock; freeing the
+-- lock tells the head waiter only, on its own channel.
+--
+-- When the head is a live dlock waiter (aliveHead), the release hands
+-- the lock over to it (handOver): the head holds the lock when it is
+-- told, and needs no attempt of its own to take it. A Redisson (Java)
+-- head, a dlock head not known alive, or any head when ARGV[5] is absent,
+-- is woken as Redisson's unlock does, and attempts.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiting queue (redisson_lock_queue:{name})
 -- KEYS[3]  the waiters' deadlines (redisson_lock_timeout:{name})
 -- KEYS[4]  the waiters' channel prefix (redisson_lock__channel:{name}); a
 --          waiter's channel is <prefix>:<owner>
+-- KEYS[5]  the fencing token counter (redisson_lock_token:{name})
 -- ARGV[1]  message to publish when the lock is freed ("0")
 -- ARGV[2]  owner
 -- ARGV[3]  publish command: "publish" or "spublish"
 -- ARGV[4]  fair wait timeout in milliseconds
+-- ARGV[5]  lease in milliseconds of a hand-over (the releaser's own)
+-- ARGV[6]  "1" to take a fencing token for the head a hand-over is for
+-- ARGV[7]  the releasing Client's id
+-- ARGV[8]  the holder record key prefix ("dlock:client:") when the script
+--          may read another Client's record (not on a cluster, where it
+--          is in another slot); absent when it may not
 --
--- Returns 1 when the lock was freed, -1 when this owner did not hold it
--- (also what a command re-sent after a lost reply finds; the Client knows
--- it re-sent and reads that as released).
+-- Returns 1 when the lock was freed, 2 when it was handed over, -1 when
+-- this owner did not hold it (also what a command re-sent after a lost
+-- reply finds; the Client knows it re-sent and reads that as released).
+
+-- dlockOwner reports whether owner is a dlock owner, "<clientID>:<n>"
+-- with a lower-case UUID of version 8 and the RFC 9562 variant as the
+-- client id (layout.OwnerClientID): a waiter that reads the hand-over
+-- message. A Redisson owner ("<uuid v4>:<thread id>") is not one.
+local hex = '[0-9a-f]'
+local dlockOwnerPattern = '^' .. hex:rep(8) .. '%-' .. hex:rep(4) .. '%-8' .. hex:rep(3) ..
+  '%-[89ab]' .. hex:rep(3) .. '%-' .. hex:rep(12) .. ':%d+$'
+local function dlockOwner(owner)
+  return string.find(owner, dlockOwnerPattern) ~= nil
+end
+
+-- aliveHead reports whether head may be handed the lock: a dlock waiter
+-- of the releasing Client, or of a Client whose holder record is there
+-- (clientinfo.go). A waiter whose process died would hold the lock for a
+-- lease; it gets nothing once its record is gone (at most the watchdog
+-- timeout after it died), and is woken instead, so that the waiter behind
+-- it takes it out as dead (fair.go). A record the script cannot read (an
+-- ACL without ~dlock:client:*) counts as gone.
+local function aliveHead(head)
+  if not dlockOwner(head) then
+    return false
+  end
+  local id = string.sub(head, 1, 36)
+  if id == ARGV[7] then
+    return true
+  end
+  if not ARGV[8] then
+    return false
+  end
+  local n = redis.pcall('exists', ARGV[8] .. id)
+  return n == 1
+end
+
+-- handOver gives the free lock to head, the queue's live head (as purge
+-- returned it), with the lease ARGV[5], and tells it on its channel:
+-- "h:<lease>:<token>" (token 0 when not fenced). The new head behind it
+-- gets one wait past the new hold (promote), as when a waiter takes the
+-- lock itself.
+local function handOver(now, head, after)
+  local lease = tonumber(ARGV[5])
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], head)
+  redis.call('hset', KEYS[1], head, 1)
+  redis.call('pexpire', KEYS[1], lease)
+  local token = 0
+  if ARGV[6] == '1' then
+    token = nextToken(KEYS[5])
+  end
+  promote(KEYS[3], after, now + lease + tonumber(ARGV[4]))
+  redis.call(ARGV[3], KEYS[4] .. ':' .. head, string.format('h:%d:%d', lease, token))
+  return 2
+end
+
 if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
   if redis.call('exists', KEYS[1]) == 0 then
     -- The lock expired; its head waiter may still be asleep.
@@ -29,6 +96,9 @@ if redis.call('exists', KEYS[1]) == 1 then
   return 0 -- another owner's field, written by hand: leave it
 end
 local now = nowMillis()
-local head, deadline = purge(KEYS[2], KEYS[3], now, nil)
+local head, deadline, after = purge(KEYS[2], KEYS[3], now, nil, ARGV[5] ~= nil)
+if head and ARGV[5] and aliveHead(head) then
+  return handOver(now, head, after)
+end
 wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1

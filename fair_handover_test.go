@@ -1,0 +1,176 @@
+package dlock
+
+// Tests of the fair lock's hand-over: a release gives the lock to a live
+// dlock head waiter of any Client and tells it so (fair_release.lua), so
+// that the head needs no attempt of its own.
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptRuns counts the runs of one script (EVALSHA or EVAL by its hash
+// or source) that go through a go-redis client, alone or in pipelines.
+type scriptRuns struct {
+	s *redis.Script
+	n atomic.Int64
+}
+
+func (r *scriptRuns) count(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if a := c.Args(); len(a) > 1 && (a[1] == r.s.Hash() || a[1] == scripts.Source(r.s)) {
+			r.n.Add(1)
+		}
+	}
+}
+
+func (r *scriptRuns) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *scriptRuns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (r *scriptRuns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.count(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// TestFairReleaseHandsOver: an unlock hands the fair lock over to the head
+// waiter, a Lock of another Client: the lock is the waiter's as soon as
+// the unlock returns, the message on its channel says so, with the
+// fencing token taken for it, and the waiter's Lock returns with that
+// token, above the holder's, without another attempt.
+func TestFairReleaseHandsOver(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	noChannelsLeft(t, name)
+	messages := fairMessages(t, name)
+	holder := mustFair(t, newClient(t, nil), name, WithFencing())
+	held := mustLock(t, ctx, holder)
+	rdb := newRedis(t)
+	attempts := &scriptRuns{s: scripts.FairAcquire}
+	rdb.AddHook(attempts)
+	wc := newClient(t, rdb)
+	w := mustFair(t, wc, name, WithFencing())
+	owner, got := fairWaiter(t, ctx, w, 1)
+	waitForSubscriber(t, wc, w.kind.channel(owner))
+	queued := attempts.n.Load()
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := wc.rdb.HExists(ctx, name, owner).Result(); err != nil || !ok {
+		t.Fatalf("the head waiter %s does not hold the lock once the unlock returned (%v, %v)", owner, ok, err)
+	}
+	l := await(t, got, 10*time.Second, "the head waiter")
+	if n := attempts.n.Load() - queued; n != 0 {
+		t.Errorf("the head waiter attempted %d times after the hand-over, want 0", n)
+	}
+	msgs := messages()
+	if len(msgs) != 1 || msgs[0].owner != owner || !strings.HasPrefix(msgs[0].payload, fairHandOverPrefix) {
+		t.Fatalf("messages %v, want one hand-over to %s", msgs, owner)
+	}
+	_, token, found := w.kind.(*fairKind).handedOver([]string{msgs[0].payload})
+	before, _ := Token(held)
+	if got, _ := Token(l); !found || got != token || got <= before {
+		t.Errorf("the head's token %d, want the hand-over's %d (found %v), above the holder's %d", got, token, found, before)
+	}
+	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairHandOverOtherLease: a hand-over sets the releaser's lease; a
+// head whose handle has another lease does not take it as its own, but
+// attempts and sets its own lease.
+func TestFairHandOverOtherLease(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name) // the watchdog's lease, 30 s
+	held := mustLock(t, ctx, holder)
+	const lease = 5 * time.Second
+	wc := newClient(t, nil)
+	w := mustFair(t, wc, name, WithLease(lease))
+	owner, got := fairWaiter(t, ctx, w, 1)
+	waitForSubscriber(t, wc, w.kind.channel(owner))
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, 10*time.Second, "the head waiter")
+	if pttl := wc.rdb.PTTL(ctx, name).Val(); pttl <= 0 || pttl > lease {
+		t.Errorf("the head's lock has a TTL of %v, want its own lease %v at most", pttl, lease)
+	}
+	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairHandOverFencedWithoutToken: a release by an unfenced handle
+// hands the lock over without a token; a fenced head then takes a new
+// one, above every earlier token, rather than the counter's last.
+func TestFairHandOverFencedWithoutToken(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	c := newClient(t, nil)
+	fenced := mustFair(t, c, name, WithFencing())
+	first := mustLock(t, ctx, fenced)
+	before, _ := Token(first)
+	if err := fenced.Unlock(first); err != nil {
+		t.Fatal(err)
+	}
+	holder := mustFair(t, c, name)
+	held := mustLock(t, ctx, holder)
+	wc := newClient(t, nil)
+	w := mustFair(t, wc, name, WithFencing())
+	owner, got := fairWaiter(t, ctx, w, 1)
+	waitForSubscriber(t, wc, w.kind.channel(owner))
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, 10*time.Second, "the head waiter")
+	if token, ok := Token(l); !ok || token <= before {
+		t.Errorf("the head's token %d (%v), want one above the earlier %d", token, ok, before)
+	}
+	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairLeaveAfterHandOver: a waiter that gives up after a release
+// handed it the lock (its Lock never returned it) gives the lock back on
+// leaving, to the next waiter, rather than hold it for a lease.
+func TestFairLeaveAfterHandOver(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+	wc := newClient(t, nil)
+	k := mustFair(t, wc, name).kind.(*fairKind)
+	gone := request{owner: wc.newOwner(), lease: 30 * time.Second, wait: true}
+	if res, err := k.attempt(ctx, gone); err != nil || res.acquired {
+		t.Fatalf("queueing %s: %+v, %v", gone.owner, res, err)
+	}
+	next := mustFair(t, newClient(t, nil), name)
+	_, got := fairWaiter(t, ctx, next, 2)
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := wc.rdb.HExists(ctx, name, gone.owner).Result(); err != nil || !ok {
+		t.Fatalf("the head waiter %s was not handed the lock (%v, %v)", gone.owner, ok, err)
+	}
+	if err := k.leave(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, 10*time.Second, "the next waiter after the head left holding the lock")
+	if err := next.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
