@@ -174,3 +174,45 @@ func TestFairLeaveAfterHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFairDlockHeadKeepsItselfAhead: a waiter joining behind a dlock head
+// leaves the head's deadline alone (one ZSCORE less per join); the head's
+// own attempt, which it makes at least every half wait, moves its
+// deadline past the lock's expiry by one wait. (A Redisson head is kept
+// ahead by every attempt: TestFairJavaWaiterKeepsPlace.)
+func TestFairDlockHeadKeepsItselfAhead(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+	hc := newClient(t, nil)
+	k := mustFair(t, hc, name).kind.(*fairKind)
+	head := request{owner: hc.newOwner(), lease: time.Second, wait: true}
+	if res, err := k.attempt(ctx, head); err != nil || res.acquired {
+		t.Fatalf("queueing the head: %+v, %v", res, err)
+	}
+	// As if it had not attempted for long: due in a second.
+	due := float64(time.Now().Add(time.Second).UnixMilli())
+	deadlines := prefixName(fairDeadlinePrefix, name)
+	if err := hc.rdb.ZAdd(ctx, deadlines, redis.Z{Score: due, Member: head.owner}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	jc := newClient(t, nil)
+	joiner := request{owner: jc.newOwner(), lease: time.Second, wait: true}
+	if res, err := mustFair(t, jc, name).kind.(*fairKind).attempt(ctx, joiner); err != nil || res.acquired {
+		t.Fatalf("queueing the joiner: %+v, %v", res, err)
+	}
+	if d, _ := fairDeadline(t, hc.rdb, name, head.owner); float64(d) != due {
+		t.Errorf("a joiner moved the dlock head's deadline from %v to %d", due, d)
+	}
+	if _, err := k.attempt(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	floor := time.Now().Add(hc.rdb.PTTL(ctx, name).Val() + DefaultFairWaitTimeout).UnixMilli() - 1000
+	if d, _ := fairDeadline(t, hc.rdb, name, head.owner); d < floor {
+		t.Errorf("the head's own attempt left its deadline at %d, want past the lock's expiry by a wait (%d)", d, floor)
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+}

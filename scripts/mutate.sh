@@ -817,6 +817,16 @@ m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \
   "if err != nil || n != fairLeftHolding ||" \
   "if true ||" \
   . '^(TestFairLeaveAfterHandOver)$'
+# A dlock head keeps its own deadline ahead (each of its attempts, at
+# least every half wait); a joiner reads only a Redisson head's.
+m "fair: a joiner keeps a dlock head ahead" internal/scripts/fair_acquire.lua \
+  "if locked and head and (head == owner or not dlockOwner(head)) then" \
+  "if locked and head then" \
+  . '^(TestFairDlockHeadKeepsItselfAhead)$'
+m "fair: a dlock head does not keep itself ahead" internal/scripts/fair_acquire.lua \
+  "if locked and head and (head == owner or not dlockOwner(head)) then" \
+  "if locked and head and not dlockOwner(head) then" \
+  . '^(TestFairDlockHeadKeepsItselfAhead)$'
 # The dlockOwner check in aliveHead only spares a Redisson head's record
 # read (no record has its id): not observable, so not a mutation here.
 # A waiter joins the queue only once its Client's record is written.

@@ -95,7 +95,9 @@ if ARGV[4] ~= '1' then
   return {0, held, suspect()}
 end
 
-if locked and head then
+-- A dlock head keeps itself ahead: it attempts at least every half wait
+-- while it waits (see the end), and each of its attempts runs this.
+if locked and head and (head == owner or not dlockOwner(head)) then
   keepAhead(KEYS[2], KEYS[3], now + held + wait, head)
 end
 local deadline = redis.call('zscore', KEYS[3], owner)

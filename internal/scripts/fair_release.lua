@@ -30,17 +30,6 @@
 -- this owner did not hold it (also what a command re-sent after a lost
 -- reply finds; the Client knows it re-sent and reads that as released).
 
--- dlockOwner reports whether owner is a dlock owner, "<clientID>:<n>"
--- with a lower-case UUID of version 8 and the RFC 9562 variant as the
--- client id (layout.OwnerClientID): a waiter that reads the hand-over
--- message. A Redisson owner ("<uuid v4>:<thread id>") is not one.
-local hex = '[0-9a-f]'
-local dlockOwnerPattern = '^' .. hex:rep(8) .. '%-' .. hex:rep(4) .. '%-8' .. hex:rep(3) ..
-  '%-[89ab]' .. hex:rep(3) .. '%-' .. hex:rep(12) .. ':%d+$'
-local function dlockOwner(owner)
-  return string.find(owner, dlockOwnerPattern) ~= nil
-end
-
 -- aliveHead reports whether head may be handed the lock: a dlock waiter
 -- of the releasing Client, or of a Client whose holder record is there
 -- (clientinfo.go). A waiter whose process died would hold the lock for a
