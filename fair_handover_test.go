@@ -208,7 +208,7 @@ func TestFairDlockHeadKeepsItselfAhead(t *testing.T) {
 	if _, err := k.attempt(ctx, head); err != nil {
 		t.Fatal(err)
 	}
-	floor := time.Now().Add(hc.rdb.PTTL(ctx, name).Val() + DefaultFairWaitTimeout).UnixMilli() - 1000
+	floor := time.Now().Add(hc.rdb.PTTL(ctx, name).Val()+DefaultFairWaitTimeout).UnixMilli() - 1000
 	if d, _ := fairDeadline(t, hc.rdb, name, head.owner); d < floor {
 		t.Errorf("the head's own attempt left its deadline at %d, want past the lock's expiry by a wait (%d)", d, floor)
 	}
