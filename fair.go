@@ -274,19 +274,15 @@ func (k *fairKind) subscribeEarly() bool {
 const fairBusyFor = time.Second
 
 // release gives back r.owner's hold. When the head waiter is a dlock
-// waiter of this Client, or of a Client whose holder record is there
-// (read in the script, so not on a cluster, where it is in another slot),
-// the release hands the lock over to it with r's lease (and a fencing
-// token when r is fenced), and tells it so (fair_release.lua,
-// handedOver): the head needs no attempt of its own. Not with
-// WithReplicaSync: the head's hold would skip the replica sync.
+// waiter, of any Client, subscribed to its channel, the release hands the
+// lock over to it with r's lease (and a fencing token when r is fenced),
+// and tells it so (fair_release.lua, handedOver): the head needs no
+// attempt of its own. Not with WithReplicaSync: the head's hold would
+// skip the replica sync.
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
 	args := []any{unlockMessage, r.owner, k.c.publish, k.wait}
 	if !k.c.cfg.replicas.enabled() {
-		args = append(args, millis(r.lease), boolArg(r.fence), k.c.id)
-		if !k.c.cluster {
-			args = append(args, layout.ClientRecordPrefix)
-		}
+		args = append(args, millis(r.lease), boolArg(r.fence))
 	}
 	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease,
 		[]string{k.name, k.queue, k.deadlines, k.channelPrefix, k.token}, args...))

@@ -147,6 +147,10 @@ func TestFairHandOverFencedWithoutToken(t *testing.T) {
 // TestFairLeaveAfterHandOver: a waiter that gives up after a release
 // handed it the lock (its Lock never returned it) gives the lock back on
 // leaving, to the next waiter, rather than hold it for a lease.
+//
+// TestFairDeadDlockWaiterLeaves and TestFairTryLockPastDeadWaiter check
+// that a head that nobody listens for (its process died) is not handed
+// the lock.
 func TestFairLeaveAfterHandOver(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
 	name := lockName(t)
@@ -158,6 +162,12 @@ func TestFairLeaveAfterHandOver(t *testing.T) {
 	if res, err := k.attempt(ctx, gone); err != nil || res.acquired {
 		t.Fatalf("queueing %s: %+v, %v", gone.owner, res, err)
 	}
+	sub, err := wc.hub.Subscribe(ctx, k.channel(gone.owner)) // as its Lock's sleep did
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(false)
+	recv(t, sub.Ready(), 5*time.Second, "the subscription")
 	next := mustFair(t, newClient(t, nil), name)
 	_, got := fairWaiter(t, ctx, next, 2)
 	if err := holder.Unlock(held); err != nil {

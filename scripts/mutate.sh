@@ -789,12 +789,12 @@ m "fair: a head handed the lock attempts again" wait.go \
   "	return grant{ok: true, token: token, start: w.sent}" \
   "	return grant{}" \
   . '^(TestFairReleaseHandsOver)$'
-# A dlock head whose Client's record is gone (its process died) is not
-# handed the lock, which it would hold for a lease: it is woken, and the
-# waiter behind it takes it out for dead.
+# A dlock head that nobody listens for (its process died) is not handed
+# the lock, which it would hold for a lease: it is woken, and the waiter
+# behind it takes it out for dead.
 m "fair: a dead dlock head handed the lock" internal/scripts/fair_release.lua \
-  "  return n == 1" \
-  "  return true" \
+  "string.format('h:%d:%d', lease, token)) == 0 then" \
+  "string.format('h:%d:%d', lease, token)) < 0 then" \
   . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
 # The new head behind the one handed the lock gets one wait past the new
 # hold, as when a waiter takes the lock itself.

@@ -3,11 +3,11 @@
 -- counts re-entries, so this runs once, for the last Unlock; freeing the
 -- lock tells the head waiter only, on its own channel.
 --
--- When the head is a live dlock waiter (aliveHead), the release hands
--- the lock over to it (handOver): the head holds the lock when it is
--- told, and needs no attempt of its own to take it. A Redisson (Java)
--- head, a dlock head not known alive, or any head when ARGV[5] is absent,
--- is woken as Redisson's unlock does, and attempts.
+-- When the head is a dlock waiter that listens on its channel, the
+-- release hands the lock over to it (handOver): the head holds the lock
+-- when it is told, and needs no attempt of its own to take it. A Redisson
+-- (Java) head, a dlock head that nobody listens for, or any head when
+-- ARGV[5] is absent, is woken as Redisson's unlock does, and attempts.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiting queue (redisson_lock_queue:{name})
@@ -21,55 +21,36 @@
 -- ARGV[4]  fair wait timeout in milliseconds
 -- ARGV[5]  lease in milliseconds of a hand-over (the releaser's own)
 -- ARGV[6]  "1" to take a fencing token for the head a hand-over is for
--- ARGV[7]  the releasing Client's id
--- ARGV[8]  the holder record key prefix ("dlock:client:") when the script
---          may read another Client's record (not on a cluster, where it
---          is in another slot); absent when it may not
 --
 -- Returns 1 when the lock was freed, 2 when it was handed over, -1 when
 -- this owner did not hold it (also what a command re-sent after a lost
 -- reply finds; the Client knows it re-sent and reads that as released).
 
--- aliveHead reports whether head may be handed the lock: a dlock waiter
--- of the releasing Client, or of a Client whose holder record is there
--- (clientinfo.go). A waiter whose process died would hold the lock for a
--- lease; it gets nothing once its record is gone (at most the watchdog
--- timeout after it died), and is woken instead, so that the waiter behind
--- it takes it out as dead (fair.go). A record the script cannot read (an
--- ACL without ~dlock:client:*) counts as gone.
-local function aliveHead(head)
-  if not dlockOwner(head) then
-    return false
-  end
-  local id = string.sub(head, 1, 36)
-  if id == ARGV[7] then
-    return true
-  end
-  if not ARGV[8] then
-    return false
-  end
-  local n = redis.pcall('exists', ARGV[8] .. id)
-  return n == 1
-end
-
--- handOver gives the free lock to head, the queue's live head (as purge
--- returned it), with the lease ARGV[5], and tells it on its channel:
--- "h:<lease>:<token>" (token 0 when not fenced). The new head behind it
--- gets one wait past the new hold (promote), as when a waiter takes the
--- lock itself.
+-- handOver gives the free lock to head, a dlock waiter at the head of the
+-- queue (as purge returned it), with the lease ARGV[5], and tells it on
+-- its channel: "h:<lease>:<token>" (token 0 when not fenced). It returns
+-- false, having changed nothing but maybe the token counter, when the
+-- message reached nobody: the waiter's process died (its connection, and
+-- so its subscription, went with it), or it is not subscribed yet. A dead
+-- waiter would hold the lock for a lease; it is woken instead, and the
+-- waiter behind it takes it out as dead (fair.go), while a live one
+-- attempts once subscribed. The new head behind it gets one wait past the
+-- new hold (promote), as when a waiter takes the lock itself.
 local function handOver(now, head, after)
   local lease = tonumber(ARGV[5])
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], head)
-  redis.call('hset', KEYS[1], head, 1)
-  redis.call('pexpire', KEYS[1], lease)
   local token = 0
   if ARGV[6] == '1' then
     token = nextToken(KEYS[5])
   end
+  if redis.call(ARGV[3], KEYS[4] .. ':' .. head, string.format('h:%d:%d', lease, token)) == 0 then
+    return false
+  end
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], head)
+  redis.call('hset', KEYS[1], head, 1)
+  redis.call('pexpire', KEYS[1], lease)
   promote(KEYS[3], after, now + lease + tonumber(ARGV[4]))
-  redis.call(ARGV[3], KEYS[4] .. ':' .. head, string.format('h:%d:%d', lease, token))
-  return 2
+  return true
 end
 
 if redis.call('hdel', KEYS[1], ARGV[2]) == 0 then
@@ -86,8 +67,8 @@ if redis.call('exists', KEYS[1]) == 1 then
 end
 local now = nowMillis()
 local head, deadline, after = purge(KEYS[2], KEYS[3], now, nil, ARGV[5] ~= nil)
-if head and ARGV[5] and aliveHead(head) then
-  return handOver(now, head, after)
+if head and ARGV[5] and dlockOwner(head) and handOver(now, head, after) then
+  return 2
 end
 wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1
