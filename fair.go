@@ -46,9 +46,17 @@ import (
 // lock.
 //
 // What one acquisition costs Redis: a waiter joins the queue with one
-// script and takes the lock with one more when woken; a grant moves only
-// the new head's deadline (one ZADD), not the whole queue's, and a joiner
-// counts its deadline from its place, not from the last waiter's.
+// script, and an unlock hands the lock over to it when it is the head: a
+// dlock head that listens on its channel holds the lock once it is told,
+// with the unlocker's lease (and a new fencing token when the unlocker is
+// fenced), and needs no attempt of its own (a head whose handle has
+// another lease, or that needs a token the unlocker did not take, makes
+// one). A Redisson head, or one that nobody listens for (its process
+// died), is woken and takes the lock with an attempt. A grant moves only
+// the new head's deadline (one ZADD), not the whole queue's, a joiner
+// counts its deadline from its place, not from the last waiter's, and
+// reads the head's deadline only when the head is a Redisson waiter (a
+// dlock head keeps its own ahead).
 // A Lock on a lock that a waiting attempt of the same handle found taken
 // less than a second ago subscribes to its channel before it joins, so it
 // needs no attempt after subscribing. A waiter named for the dead-waiter
