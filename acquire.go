@@ -157,8 +157,7 @@ func (h *handle) request(ctx context.Context, try bool) (request, error) {
 // without the attempt that follows a new subscription.
 func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, error) {
 	h, req := w.h, w.req
-	w.req.fresh = false  // an attempt may leave background work on the owner's hold
-	w.req.handed = false // this attempt takes the token a hand-over did not
+	w.req.fresh = false // an attempt may leave background work on the owner's hold
 	if k, ok := h.kind.(selfKept); ok {
 		// An owner per attempt: what an earlier attempt may have taken is
 		// given back apart, and a later one never finds it.

@@ -247,7 +247,7 @@ const fairPruneRounds = 4
 func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head string, err error) {
 	r.check.Reset()
 	cmd, _ := k.c.drv.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
-		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
+		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fairFenceArg(r), unlockMessage, k.c.publish,
 		millis(fairHeadCheck), millis(fairFreeCheck))
 	reply, err := cmd.Slice()
 	if err != nil {
@@ -269,6 +269,20 @@ func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head 
 		k.busy.Store(time.Now().UnixNano())
 	}
 	return res, head, err
+}
+
+// fairFenceArg is the fencing argument of a fair attempt (fenceArg): a
+// fenced first acquisition ("-4") takes a new token even when it finds
+// its owner holding the lock. A release may have handed the lock over to
+// it without a token (an unfenced unlocker's), and the counter's last
+// token is then an earlier holder's; for a command re-sent after a lost
+// reply, a new token is as good as the one its first run took, which
+// nobody got.
+func fairFenceArg(r request) string {
+	if r.fence && !r.reentry {
+		return "-4"
+	}
+	return fenceArg(r)
 }
 
 // subscribeEarly says that a Lock should subscribe before its first

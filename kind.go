@@ -104,10 +104,6 @@ type request struct {
 	queued bool
 	// token is the owner's latest fencing token on a re-entry, 0 if none.
 	token int64
-	// handed is set when a release of a fair lock handed the lock over
-	// to the owner without a fencing token: a fenced attempt then takes a
-	// new token although it finds the owner's field (fenceArg).
-	handed bool
 	// check, when set, receives the outcome of the replica sync that
 	// follows an acquire script (WithReplicaSync): kinds pass it to the
 	// transport's Run with their acquire scripts.
@@ -223,8 +219,6 @@ func fenceArg(r request) string {
 		return "-3"
 	case !r.fence:
 		return "-1"
-	case r.handed:
-		return "-4"
 	case !r.reentry:
 		return "0"
 	case r.token == 0:

@@ -147,10 +147,10 @@ type messageHander interface {
 // handed the lock over to the waiter and said so in the message that woke
 // it (messageHander). It did so after the waiter's latest attempt found
 // the lock taken, so the hold's lease counts from when that attempt was
-// sent. A hand-over that set another lease than the waiter's, that took
-// no token for a fenced waiter, or whose lease may be half gone on that
-// count, is not taken as one: the next attempt finds the owner holding
-// the lock and sets the lease (and takes a token) itself.
+// sent. A hand-over that took no token for a fenced waiter, that set
+// another lease than the waiter's, or whose lease may be half gone on
+// that count, is not taken as one: the next attempt finds the owner
+// holding the lock and sets the lease (and takes a token) itself.
 func (w *waiter) handedByMessage() grant {
 	k, ok := w.h.kind.(messageHander)
 	if !ok || w.sub == nil {
@@ -161,10 +161,7 @@ func (w *waiter) handedByMessage() grant {
 	switch {
 	case !found:
 		return grant{}
-	case w.req.fence && token == 0:
-		w.req.handed = true
-		return grant{}
-	case millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:
+	case w.req.fence && token == 0, millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:
 		return grant{}
 	}
 	return grant{ok: true, token: token, start: w.sent}

@@ -804,13 +804,13 @@ m "fair: a hand-over leaves the new head's deadline where it was" internal/scrip
   . '^(TestFairGrantMovesQueueUp|TestFairJavaWaiterAmongDlockGrants)$'
 # A head whose handle has another lease than the hand-over's sets its own.
 m "fair: a hand-over's lease taken for the head's own" wait.go \
-  "	case millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:" \
-  "	case time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  "	case w.req.fence && token == 0, millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  "	case w.req.fence && token == 0, time.Since(w.sent) >= validity(w.req.lease)/2:" \
   . '^(TestFairHandOverOtherLease)$'
 # A fenced head handed the lock without a token takes a new one.
-m "fair: a fenced head handed over without a token keeps the last token" wait.go \
-  "		w.req.handed = true" \
-  "		w.req.handed = false" \
+m "fair: a fenced head handed over without a token keeps the last token" fair.go \
+  "	if r.fence && !r.reentry {" \
+  "	if false {" \
   . '^(TestFairHandOverFencedWithoutToken)$'
 # A waiter that gives up after a hand-over gives the lock back.
 m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \

@@ -23,17 +23,17 @@ local function nowMillis()
 end
 
 -- purge drops dead waiters from the head of the queue, and returns the
--- head left (nil for none) with its deadline (nil when it is the caller)
--- and, when caller is set or pair is, the waiter right behind it (nil for
--- none), read with the head: the new head once the head takes the lock.
+-- head left (nil for none) with its deadline (nil when it is the caller).
 -- Callers run it only while the lock is free: a head cannot take a held
 -- lock anyway, so dropping it then gains nothing and could drop a live
--- one. caller (nil for none) is alive by definition and ends the purge.
+-- one. caller (nil for none) is alive by definition and ends the purge;
+-- when it is the head, the waiter right behind it comes third (nil for
+-- none), read with the head: the new head once the caller takes the lock.
 -- A head without a deadline is dropped too rather than compared with nil.
-local function purge(queue, deadlines, now, caller, pair)
+local function purge(queue, deadlines, now, caller)
   while true do
     local head, after
-    if caller or pair then
+    if caller then
       local two = redis.call('lrange', queue, 0, 1)
       head, after = two[1], two[2]
     else
@@ -44,7 +44,7 @@ local function purge(queue, deadlines, now, caller, pair)
     end
     local deadline = redis.call('zscore', deadlines, head)
     if deadline and tonumber(deadline) > now then
-      return head, tonumber(deadline), after
+      return head, tonumber(deadline)
     end
     redis.call('lpop', queue)
     redis.call('zrem', deadlines, head)

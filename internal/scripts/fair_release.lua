@@ -27,8 +27,9 @@
 -- reply finds; the Client knows it re-sent and reads that as released).
 
 -- handOver gives the free lock to head, a dlock waiter at the head of the
--- queue (as purge returned it), with the lease ARGV[5], and tells it on
--- its channel: "h:<lease>:<token>" (token 0 when not fenced). It returns
+-- queue (after the one behind it, nil for none), with the lease ARGV[5],
+-- and tells it on its channel: "h:<lease>:<token>" (token 0 when not
+-- fenced). It returns
 -- false, having changed nothing but maybe the token counter, when the
 -- message reached nobody: the waiter's process died (its connection, and
 -- so its subscription, went with it), or it is not subscribed yet. A dead
@@ -66,9 +67,15 @@ if redis.call('exists', KEYS[1]) == 1 then
   return 0 -- another owner's field, written by hand: leave it
 end
 local now = nowMillis()
-local head, deadline, after = purge(KEYS[2], KEYS[3], now, nil, ARGV[5] ~= nil)
-if head and ARGV[5] and dlockOwner(head) and handOver(now, head, after) then
-  return 2
+-- A dlock head that listens on its channel is alive whatever its
+-- deadline says: it is handed the lock without the purge's read of its
+-- deadline (one LRANGE reads it and the new head behind it).
+if ARGV[5] then
+  local two = redis.call('lrange', KEYS[2], 0, 1)
+  if two[1] and dlockOwner(two[1]) and handOver(now, two[1], two[2]) then
+    return 2
+  end
 end
+local head, deadline = purge(KEYS[2], KEYS[3], now, nil)
 wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1

@@ -6,7 +6,7 @@
 -- first acquisition, "-2" a fenced re-entry without a previous token, T > 0
 -- a fenced re-entry whose previous token was T, "-4" a fenced first
 -- acquisition that takes a new token even when it finds the owner's field
--- (a fair lock's release handed the lock over to it without a token).
+-- (a fair lock's: a release may have handed it the lock without a token).
 
 -- reentry reports whether the attempt re-enters a hold the owner has. A
 -- re-entry only confirms that hold: when the owner's field is gone the
