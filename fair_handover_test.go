@@ -188,7 +188,8 @@ func TestFairLeaveAfterHandOver(t *testing.T) {
 // TestFairDlockHeadKeepsItselfAhead: a waiter joining behind a dlock head
 // leaves the head's deadline alone (one ZSCORE less per join); the head's
 // own attempt, which it makes at least every half wait, moves its
-// deadline past the lock's expiry by one wait. (A Redisson head is kept
+// deadline past the lock's expiry by one wait; and a hand-over leaves the
+// deadline of a dlock new head alone (no TIME, no ZADD). (A Redisson head is kept
 // ahead by every attempt: TestFairJavaWaiterKeepsPlace.)
 func TestFairDlockHeadKeepsItselfAhead(t *testing.T) {
 	ctx := boundedCtx(t, time.Minute)
@@ -222,7 +223,61 @@ func TestFairDlockHeadKeepsItselfAhead(t *testing.T) {
 	if d, _ := fairDeadline(t, hc.rdb, name, head.owner); d < floor {
 		t.Errorf("the head's own attempt left its deadline at %d, want past the lock's expiry by a wait (%d)", d, floor)
 	}
+
+	// The unlock hands the lock to the head (it listens) and leaves the
+	// deadline of the dlock joiner, the new head, where it was.
+	sub, err := hc.hub.Subscribe(ctx, k.channel(head.owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(false)
+	recv(t, sub.Ready(), 5*time.Second, "the head's subscription")
+	joined, _ := fairDeadline(t, hc.rdb, name, joiner.owner)
 	if err := holder.Unlock(held); err != nil {
 		t.Fatal(err)
+	}
+	if ok := hc.rdb.HExists(ctx, name, head.owner).Val(); !ok {
+		t.Fatal("the unlock did not hand the lock to the head")
+	}
+	if d, _ := fairDeadline(t, hc.rdb, name, joiner.owner); d != joined {
+		t.Errorf("the hand-over moved the new dlock head's deadline from %d to %d", joined, d)
+	}
+}
+
+// TestFairAttemptGrantPromotes: a waiter that takes the lock with an
+// attempt (it was woken, not handed the lock) gives the new head, a
+// Redisson-shaped owner, one wait past the new hold (one ZADD), and
+// leaves the waiter behind that one where it was.
+func TestFairAttemptGrantPromotes(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	c := newClient(t, nil)
+	k := mustFair(t, c, name).kind.(*fairKind)
+	holder := request{owner: "holder:1", lease: time.Minute, wait: true}
+	if res, err := k.attempt(ctx, holder); err != nil || !res.acquired {
+		t.Fatalf("taking the lock: %+v, %v", res, err)
+	}
+	a := request{owner: "a:1", lease: 10 * time.Second, wait: true}
+	b := request{owner: "b:2", lease: time.Second, wait: true}
+	third := request{owner: "c:3", lease: time.Second, wait: true}
+	for _, r := range []request{a, b, third} {
+		if res, err := k.attempt(ctx, r); err != nil || res.acquired {
+			t.Fatalf("queueing %s: %+v, %v", r.owner, res, err)
+		}
+	}
+	before, _ := fairDeadline(t, c.rdb, name, third.owner)
+	if err := c.rdb.Del(ctx, name).Err(); err != nil { // the holder's lease ran out
+		t.Fatal(err)
+	}
+	if res, err := k.attempt(ctx, a); err != nil || !res.acquired {
+		t.Fatalf("the head's attempt on the free lock: %+v, %v", res, err)
+	}
+	want := time.Now().UnixMilli() + a.lease.Milliseconds() + DefaultFairWaitTimeout.Milliseconds()
+	if d, _ := fairDeadline(t, c.rdb, name, b.owner); d < want-5_000 || d > want+1_000 {
+		t.Errorf("the new head's deadline is %d ms from now, want one wait past the new hold (%d)",
+			d-time.Now().UnixMilli(), want-time.Now().UnixMilli())
+	}
+	if d, _ := fairDeadline(t, c.rdb, name, third.owner); d != before {
+		t.Errorf("the waiter behind the new head moved from %d to %d", before, d)
 	}
 }

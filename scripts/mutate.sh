@@ -715,7 +715,7 @@ m "fair: release does not wake the head waiter" internal/scripts/fair_release.lu
   "wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1" \
   "return 1" \
-  . '^(TestFairUnlockWakesHead|TestFairGrantOrder)$'
+  . '^(TestRedissonFairWakeUp)$'
 # When the head of a free lock's queue gives up, the next waiter is woken
 # at once, not when its sleep (the old lease) runs out.
 m "fair: leave does not wake the next waiter" internal/scripts/fair_leave.lua \
@@ -735,7 +735,7 @@ m "fair: leave leaves the deadlines behind unchanged" internal/scripts/fair_leav
 m "fair: a grant leaves the queue's deadlines where they were" internal/scripts/fair_acquire.lua \
   "    promote(KEYS[3], after, now + lease + wait)" \
   "    local _ = promote" \
-  . '^(TestFairGrantMovesQueueUp|TestFairJavaWaiterAmongDlockGrants)$'
+  . '^(TestFairAttemptGrantPromotes)$'
 # A joiner's deadline is one wait per place past the lock's expiry, which
 # keeps the distances of Redisson's rule without reading the last waiter.
 m "fair: a joiner's deadline ignores its place" internal/scripts/fair_acquire.lua \
@@ -799,9 +799,14 @@ m "fair: a dead dlock head handed the lock" internal/scripts/fair_release.lua \
 # The new head behind the one handed the lock gets one wait past the new
 # hold, as when a waiter takes the lock itself.
 m "fair: a hand-over leaves the new head's deadline where it was" internal/scripts/fair_release.lua \
-  "  promote(KEYS[3], after, now + lease + tonumber(ARGV[4]))" \
-  "  local _ = after" \
-  . '^(TestFairGrantMovesQueueUp|TestFairJavaWaiterAmongDlockGrants)$'
+  "    promote(KEYS[3], after, nowMillis() + lease + tonumber(ARGV[4]))" \
+  "    local _ = after" \
+  . '^(TestFairJavaWaiterAmongDlockGrants)$'
+# A dlock new head keeps its own deadline: a hand-over does not move it.
+m "fair: a hand-over moves a dlock new head's deadline" internal/scripts/fair_release.lua \
+  "  if after and not dlockOwner(after) then" \
+  "  if after then" \
+  . '^(TestFairDlockHeadKeepsItselfAhead)$'
 # A head whose handle has another lease than the hand-over's sets its own.
 m "fair: a hand-over's lease taken for the head's own" wait.go \
   "	case w.req.fence && token == 0, millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:" \
@@ -820,12 +825,8 @@ m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \
 # A dlock head keeps its own deadline ahead (each of its attempts, at
 # least every half wait); a joiner reads only a Redisson head's.
 m "fair: a joiner keeps a dlock head ahead" internal/scripts/fair_acquire.lua \
-  "if locked and head and (head == owner or not dlockOwner(head)) then" \
-  "if locked and head then" \
-  . '^(TestFairDlockHeadKeepsItselfAhead)$'
-m "fair: a dlock head does not keep itself ahead" internal/scripts/fair_acquire.lua \
-  "if locked and head and (head == owner or not dlockOwner(head)) then" \
   "if locked and head and not dlockOwner(head) then" \
+  "if locked and head then" \
   . '^(TestFairDlockHeadKeepsItselfAhead)$'
 # The dlockOwner check in aliveHead only spares a Redisson head's record
 # read (no record has its id): not observable, so not a mutation here.

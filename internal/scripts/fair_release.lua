@@ -35,9 +35,12 @@
 -- so its subscription, went with it), or it is not subscribed yet. A dead
 -- waiter would hold the lock for a lease; it is woken instead, and the
 -- waiter behind it takes it out as dead (fair.go), while a live one
--- attempts once subscribed. The new head behind it gets one wait past the
--- new hold (promote), as when a waiter takes the lock itself.
-local function handOver(now, head, after)
+-- attempts once subscribed. A Redisson waiter behind it, the new head,
+-- gets one wait past the new hold (promote), as when a waiter takes the
+-- lock itself; a dlock one keeps its own deadline ahead (it attempts at
+-- least every half wait, fair_acquire.lua), which spares the clock read
+-- and the ZADD.
+local function handOver(head, after)
   local lease = tonumber(ARGV[5])
   local token = 0
   if ARGV[6] == '1' then
@@ -50,7 +53,9 @@ local function handOver(now, head, after)
   redis.call('zrem', KEYS[3], head)
   redis.call('hset', KEYS[1], head, 1)
   redis.call('pexpire', KEYS[1], lease)
-  promote(KEYS[3], after, now + lease + tonumber(ARGV[4]))
+  if after and not dlockOwner(after) then
+    promote(KEYS[3], after, nowMillis() + lease + tonumber(ARGV[4]))
+  end
   return true
 end
 
@@ -66,16 +71,16 @@ end
 if redis.call('exists', KEYS[1]) == 1 then
   return 0 -- another owner's field, written by hand: leave it
 end
-local now = nowMillis()
 -- A dlock head that listens on its channel is alive whatever its
 -- deadline says: it is handed the lock without the purge's read of its
 -- deadline (one LRANGE reads it and the new head behind it).
 if ARGV[5] then
   local two = redis.call('lrange', KEYS[2], 0, 1)
-  if two[1] and dlockOwner(two[1]) and handOver(now, two[1], two[2]) then
+  if two[1] and dlockOwner(two[1]) and handOver(two[1], two[2]) then
     return 2
   end
 end
+local now = nowMillis()
 local head, deadline = purge(KEYS[2], KEYS[3], now, nil)
 wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1
