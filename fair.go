@@ -52,14 +52,15 @@ import (
 // fenced), and needs no attempt of its own (a head whose handle has
 // another lease, or that needs a token the unlocker did not take, makes
 // one). A Redisson head, or one that nobody listens for (its process
-// died), is woken and takes the lock with an attempt. A waiter whose
+// died), is woken and takes the lock with an attempt (and the release
+// reads no deadline of a dlock head it hands over to). A waiter whose
 // process dies just as an unlock runs, before Redis has seen its
 // connection close, can be handed the lock: it then holds it for the
 // unlocker's lease, as a holder that dies does. A grant moves only
-// the new head's deadline (one ZADD), not the whole queue's, a joiner
-// counts its deadline from its place, not from the last waiter's, and
-// reads the head's deadline only when the head is a Redisson waiter (a
-// dlock head keeps its own ahead).
+// the new head's deadline (one ZADD), not the whole queue's, and only a
+// Redisson new head's (a dlock head keeps its own ahead), a joiner counts
+// its deadline from its place, not from the last waiter's, and reads the
+// head's deadline only when the head is a Redisson waiter.
 // A Lock on a lock that a waiting attempt of the same handle found taken
 // less than a second ago subscribes to its channel before it joins, so it
 // needs no attempt after subscribing. A waiter named for the dead-waiter
