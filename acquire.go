@@ -195,7 +195,6 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		done = hd.unlockOp
 	}
 	start := time.Now()
-	w.sent = start
 	var res attemptResult
 	left := false
 	if h.sendsInline(ctx) {
@@ -207,6 +206,9 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		defer done()
 	}
 	w.lockCtx, res, err = h.settle(ctx, req, hd, start, res, err, w.last)
+	if err == nil && w.lockCtx == nil {
+		w.sent = start // answered: the lock is another owner's (handedByMessage)
+	}
 	// A counting waiter that took a permit with more left passes its
 	// wake-up on: a waiter of this Client that joined the queue without
 	// an attempt may be waiting while permits are free.

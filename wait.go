@@ -92,7 +92,7 @@ type waiter struct {
 	last    error           // why the latest attempt failed, when the kind says
 	joined  bool            // joined subscribed waiters of this Client: no attempt after subscribing
 	spin    *backoff        // the kind is a spinner: each sleep is its next step at most
-	sent    time.Time       // when the latest attempt was sent
+	sent    time.Time       // when the latest attempt answered "taken" was sent
 	lockCtx context.Context // the lock context, once acquired
 	ob      *lockObs        // nil without observers
 
@@ -145,9 +145,11 @@ type messageHander interface {
 
 // handedByMessage returns the grant of a release, of any Client, that
 // handed the lock over to the waiter and said so in the message that woke
-// it (messageHander). It did so after the waiter's latest attempt found
-// the lock taken, so the hold's lease counts from when that attempt was
-// sent. A hand-over that took no token for a fenced waiter, that set
+// it (messageHander). It did so after the waiter's latest answered
+// attempt found the lock taken (an attempt that ran after it would have
+// found the waiter holding), so the hold's lease counts from when that
+// attempt was sent; an attempt without an answer may have been sent after
+// the hand-over, and does not count. A hand-over that took no token for a fenced waiter, that set
 // another lease than the waiter's, or whose lease may be half gone on
 // that count, is not taken as one: the next attempt finds the owner
 // holding the lock and sets the lease (and takes a token) itself.
