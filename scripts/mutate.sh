@@ -781,8 +781,8 @@ m "fair: the head of a free lock not named for a check" internal/scripts/fair_ac
 # A release hands the lock over to a live dlock head waiter of any Client
 # and tells it so: the head needs no attempt of its own.
 m "fair: release wakes a dlock head instead of handing over" internal/scripts/fair_release.lua \
-  "if head and ARGV[5] and aliveHead(head) then" \
-  "if false then" \
+  "  if two[1] and dlockOwner(two[1]) and handOver(two[1], two[2]) then" \
+  "  if false then" \
   . '^(TestFairReleaseHandsOver)$'
 # The head takes the message of a hand-over as its grant.
 m "fair: a head handed the lock attempts again" wait.go \
@@ -810,7 +810,7 @@ m "fair: a hand-over moves a dlock new head's deadline" internal/scripts/fair_re
 # A head whose handle has another lease than the hand-over's sets its own.
 m "fair: a hand-over's lease taken for the head's own" wait.go \
   "	case w.req.fence && token == 0, millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:" \
-  "	case w.req.fence && token == 0, time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  "	case w.req.fence && token == 0, millis(lease) < 0 || time.Since(w.sent) >= validity(w.req.lease)/2:" \
   . '^(TestFairHandOverOtherLease)$'
 # A fenced head handed the lock without a token takes a new one.
 m "fair: a fenced head handed over without a token keeps the last token" fair.go \
@@ -820,7 +820,7 @@ m "fair: a fenced head handed over without a token keeps the last token" fair.go
 # A waiter that gives up after a hand-over gives the lock back.
 m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \
   "if err != nil || n != fairLeftHolding ||" \
-  "if true ||" \
+  "if err != nil || n != -7 ||" \
   . '^(TestFairLeaveAfterHandOver)$'
 # A dlock head keeps its own deadline ahead (each of its attempts, at
 # least every half wait); a joiner reads only a Redisson head's.
