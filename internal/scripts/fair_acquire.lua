@@ -95,7 +95,10 @@ if ARGV[4] ~= '1' then
   return {0, held, suspect()}
 end
 
-if locked and head then
+-- A dlock head keeps itself ahead: it attempts at least every half wait
+-- while it waits (see the end), and each of its attempts moves its own
+-- deadline, and the queue's behind it (below).
+if locked and head and not dlockOwner(head) then
   keepAhead(KEYS[2], KEYS[3], now + held + wait, head)
 end
 local deadline = redis.call('zscore', KEYS[3], owner)
