@@ -23,7 +23,11 @@ import (
 // in a fresh worker process against a fresh redis-server:
 //
 //   - throughput: semClients Clients × semPerClient goroutines take a
-//     permit of semPermits, hold it semHold (asleep), give it back, again;
+//     permit of semPermits, hold it semHold (asleep, or busy with -sem-busy),
+//     give it back, think (-sem-think, default none), again. The ceiling
+//     is permits / measured hold mean: no library can exceed it, and with
+//     no think time a poller whose releasing goroutine takes its own
+//     permit back at once comes closest (it never hands over);
 //   - wake-up: one permit; a holder on one Client gives it back while a
 //     waiter on another Client waits; the time from the release call to
 //     the waiter's acquisition, over semSamples samples (the release comes
@@ -32,10 +36,15 @@ import (
 
 // semConfig is the scenario's part of config.
 type semConfig struct {
-	libs                    []semLib
-	permits                 int
-	clients, perClient      int
-	hold, warm, window      time.Duration
+	libs               []semLib
+	permits            int
+	clients, perClient int
+	hold, warm, window time.Duration
+	// think is the sleep between giving a permit back and asking for the
+	// next (0: none); busy makes the hold CPU-bound work (bench/hot.go's
+	// calibrated busy loop) instead of a sleep.
+	think                   time.Duration
+	busy                    bool
 	samples                 int
 	pollEvery, wakeupSettle time.Duration
 }
@@ -194,6 +203,8 @@ type semResult struct {
 	Acq                 int64   // acquisitions in the window
 	PerSec              float64 // acquisitions per second
 	Wait                summary // time in acquire, ns
+	HoldMean            int64   // mean time from acquire returning to the release call, ns
+	Ceiling             float64 // Permits / HoldMean, acquisitions per second
 	MaxHeld             int     // most permits held at once, as the holders saw it: at most Permits
 	RoundTrips          float64 // per acquisition, go-redis hook
 	Executed            float64 // commands the server executed per acquisition
@@ -238,6 +249,8 @@ func semWorker(j job, l semLib) (*semResult, error) {
 	var held, maxHeld atomic.Int64
 	var mu sync.Mutex
 	var waits []int64
+	var heldNs atomic.Int64 // hold time summed over the window's acquisitions
+	b := burner{perIter: j.PerIter}
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -262,10 +275,21 @@ func semWorker(j job, l semLib) (*semResult, error) {
 				if measuring.Load() {
 					mine = append(mine, int64(wait))
 				}
-				time.Sleep(j.Hold)
+				t := time.Now()
+				if j.Work > 0 {
+					b.burn(j.Work)
+				} else {
+					time.Sleep(j.Hold)
+				}
 				held.Add(-1)
+				if measuring.Load() {
+					heldNs.Add(int64(time.Since(t)))
+				}
 				if err := release(ctx); err != nil {
 					fail(err)
+				}
+				if j.Think > 0 {
+					time.Sleep(j.Think)
 				}
 			}
 			mu.Lock()
@@ -292,6 +316,10 @@ func semWorker(j job, l semLib) (*semResult, error) {
 	r.Acq = int64(len(waits))
 	r.PerSec = float64(r.Acq) / j.Window.Seconds()
 	r.Wait = summarize(waits)
+	if r.Acq > 0 {
+		r.HoldMean = heldNs.Load() / r.Acq
+		r.Ceiling = float64(j.Permits) / time.Duration(r.HoldMean).Seconds()
+	}
 	r.MaxHeld = int(maxHeld.Load())
 	d := s1.delta(s0)
 	if r.Acq > 0 {
@@ -369,8 +397,11 @@ func runSem(cfg config, l semLib) (*semResult, error) {
 	defer srv.Close()
 	c := cfg.sem
 	j := job{Mode: "sem", Lib: l.id, Addr: srv.Addr(), Clients: c.clients, Goroutines: c.perClient,
-		Permits: c.permits, Hold: c.hold, Samples: c.samples, Poll: c.pollEvery, Settle2: c.wakeupSettle,
+		Permits: c.permits, Hold: c.hold, Think: c.think, Samples: c.samples, Poll: c.pollEvery, Settle2: c.wakeupSettle,
 		Settle: c.warm, Window: c.window}
+	if c.busy {
+		j.Work, j.PerIter = c.hold, cfg.burner.perIter
+	}
 	r := &semResult{}
 	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{r})
 	if err != nil {
@@ -402,13 +433,21 @@ func (r *report) writeSem(w writer) {
 		t.row(l.id, l.settings)
 	}
 	w("%s\n", t)
-	w("**Throughput.** %d permits; %d goroutines = %d connection pools × %d; each takes a permit, holds it %v (asleep), gives it back, again; window %v after %v warm-up. Max held: the most permits held at once as the holders saw it (at most %d).\n\n",
-		c.permits, c.clients*c.perClient, c.clients, c.perClient, c.hold, c.window, c.warm, c.permits)
-	t = newTable("library", "acquisitions/s", "wait p50", "wait p99", "wait max", "max held", "round trips/acq", "executed/acq",
+	how := "asleep"
+	if c.busy {
+		how = "CPU-bound"
+	}
+	think := "again at once"
+	if c.think > 0 {
+		think = fmt.Sprintf("sleeps %v, again", c.think)
+	}
+	w("**Throughput.** %d permits; %d goroutines = %d connection pools × %d; each takes a permit, holds it %v (%s), gives it back, %s; window %v after %v warm-up. Hold: the measured mean; ceiling: permits / hold, the most any library can do. Max held: the most permits held at once as the holders saw it (at most %d).\n\n",
+		c.permits, c.clients*c.perClient, c.clients, c.perClient, c.hold, how, think, c.window, c.warm, c.permits)
+	t = newTable("library", "acquisitions/s", "of ceiling", "hold", "wait p50", "wait p99", "wait max", "max held", "round trips/acq", "executed/acq",
 		"Redis CPU/acq", "client CPU/acq", "keys left", "memory left")
 	for _, x := range r.sem {
 		acq := float64(x.Acq)
-		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmtRate(x.PerSec), fmtDur(x.Wait.P50), fmtDur(x.Wait.P99), fmtDur(x.Wait.Max),
+		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmtRate(x.PerSec), ofCeiling(x), fmtDur(x.HoldMean), fmtDur(x.Wait.P50), fmtDur(x.Wait.P99), fmtDur(x.Wait.Max),
 			fmt.Sprint(x.MaxHeld), f2(x.RoundTrips), f2(x.Executed), perOp(x.RedisCPU, acq), perOp(x.ClientCPU, acq),
 			fmt.Sprint(x.Left.Keys()), fmtBytes(x.Left.Mem()))
 	}
@@ -420,4 +459,12 @@ func (r *report) writeSem(w writer) {
 		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmt.Sprint(x.Wakeup.N), fmtDur(x.Wakeup.P50), fmtDur(x.Wakeup.P99), fmtDur(x.Wakeup.Max), fmtDur(x.Wakeup.Mean))
 	}
 	w("%s\n", t)
+}
+
+// ofCeiling is x's throughput as a share of its ceiling (permits / hold).
+func ofCeiling(x *semResult) string {
+	if x.Ceiling <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f %% of %s", 100*x.PerSec/x.Ceiling, fmtRate(x.Ceiling))
 }
