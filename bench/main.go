@@ -138,7 +138,7 @@ func run() error {
 	wdLocks := flag.Int("wd-locks", 0, "locks held in the watchdog scenario (default 10000; the scale target: -wd-locks 1000000 -wd-lease 30s -libs dlock)")
 	wdLease := flag.Duration("wd-lease", 0, "watchdog lease of the watchdog scenario, renewed every third of it (default 3s)")
 	flag.DurationVar(&cfg.wdSettle, "wd-settle", 0, "watchdog scenario: wait after the locks are taken, before the window (default: one lease)")
-	flag.DurationVar(&cfg.sem.think, "sem-think", cfg.sem.think, "permit semaphore: sleep between giving a permit back and asking for the next (default none)")
+	flag.DurationVar(&cfg.sem.think, "sem-think", cfg.sem.think, "permit semaphore: sleep between giving a permit back and asking for the next (default 2ms; 0: none)")
 	flag.BoolVar(&cfg.sem.busy, "sem-busy", cfg.sem.busy, "permit semaphore: hold each permit with CPU-bound work (the hot lock's busy loop) instead of asleep")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write a CPU profile of every worker process into this directory")
 	flag.Parse()

@@ -24,9 +24,11 @@ import (
 //
 //   - throughput: semClients Clients × semPerClient goroutines take a
 //     permit of semPermits, hold it semHold (asleep, or busy with -sem-busy),
-//     give it back, think (-sem-think, default none), again. The ceiling
-//     is permits / measured hold mean: no library can exceed it, and with
-//     no think time a poller whose releasing goroutine takes its own
+//     give it back, think (-sem-think, default 2 ms as in the hot-lock
+//     scenario: the project's benchmarks model work with think time
+//     between acquisitions), again. The ceiling is permits / measured
+//     hold mean: no library can exceed it, and with no think time
+//     (-sem-think 0) a poller whose releasing goroutine takes its own
 //     permit back at once comes closest (it never hands over);
 //   - wake-up: one permit; a holder on one Client gives it back while a
 //     waiter on another Client waits; the time from the release call to
@@ -52,7 +54,7 @@ type semConfig struct {
 func defaultSemConfig() semConfig {
 	return semConfig{
 		libs: semLibs, permits: 4, clients: 4, perClient: 4,
-		hold: time.Millisecond, warm: time.Second, window: 4 * time.Second,
+		hold: time.Millisecond, think: 2 * time.Millisecond, warm: time.Second, window: 4 * time.Second,
 		samples: 200, pollEvery: 10 * time.Millisecond, wakeupSettle: 20 * time.Millisecond,
 	}
 }
