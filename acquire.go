@@ -99,8 +99,7 @@ func (h *handle) waiter(ctx context.Context, try bool) (*waiter, error) {
 		return nil, err
 	}
 	_, counts := h.kind.(countedWakes)
-	_, listens := h.kind.(messageHander)
-	w := &waiter{sleeper: sleeper{hub: h.c.hub, counts: counts, listens: listens}, h: h, req: req, hands: h.handsOver(req)}
+	w := &waiter{sleeper: sleeper{hub: h.c.hub, counts: counts}, h: h, req: req, hands: h.handsOver(req)}
 	if s, ok := h.kind.(spinner); ok && !try {
 		w.spin = s.newBackoff()
 	}
@@ -206,9 +205,6 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		defer done()
 	}
 	w.lockCtx, res, err = h.settle(ctx, req, hd, start, res, err, w.last)
-	if err == nil && w.lockCtx == nil {
-		w.sent = start // answered: the lock is another owner's (handedByMessage)
-	}
 	// A counting waiter that took a permit with more left passes its
 	// wake-up on: a waiter of this Client that joined the queue without
 	// an attempt may be waiting while permits are free.

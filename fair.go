@@ -2,8 +2,6 @@ package dlock
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,21 +44,9 @@ import (
 // lock.
 //
 // What one acquisition costs Redis: a waiter joins the queue with one
-// script, and an unlock hands the lock over to it when it is the head: a
-// dlock head that listens on its channel holds the lock once it is told,
-// with the unlocker's lease (and a new fencing token when the unlocker is
-// fenced), and needs no attempt of its own (a head whose handle has
-// another lease, or that needs a token the unlocker did not take, makes
-// one). A Redisson head, or one that nobody listens for (its process
-// died), is woken and takes the lock with an attempt (and the release
-// reads no deadline of a dlock head it hands over to). A waiter whose
-// process dies just as an unlock runs, before Redis has seen its
-// connection close, can be handed the lock: it then holds it for the
-// unlocker's lease, as a holder that dies does. A grant moves only
-// the new head's deadline (one ZADD), not the whole queue's, and only a
-// Redisson new head's (a dlock head keeps its own ahead), a joiner counts
-// its deadline from its place, not from the last waiter's, and reads the
-// head's deadline only when the head is a Redisson waiter.
+// script and takes the lock with one more when woken; a grant moves only
+// the new head's deadline (one ZADD), not the whole queue's, and a joiner
+// counts its deadline from its place, not from the last waiter's.
 // A Lock on a lock that a waiting attempt of the same handle found taken
 // less than a second ago subscribes to its channel before it joins, so it
 // needs no attempt after subscribing. A waiter named for the dead-waiter
@@ -249,7 +235,7 @@ const fairPruneRounds = 4
 func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head string, err error) {
 	r.check.Reset()
 	cmd, _ := k.c.drv.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
-		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fairFenceArg(r), unlockMessage, k.c.publish,
+		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
 		millis(fairHeadCheck), millis(fairFreeCheck))
 	reply, err := cmd.Slice()
 	if err != nil {
@@ -273,20 +259,6 @@ func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head 
 	return res, head, err
 }
 
-// fairFenceArg is the fencing argument of a fair attempt (fenceArg): a
-// fenced first acquisition ("-4") takes a new token even when it finds
-// its owner holding the lock. A release may have handed the lock over to
-// it without a token (an unfenced unlocker's), and the counter's last
-// token is then an earlier holder's; for a command re-sent after a lost
-// reply, a new token is as good as the one its first run took, which
-// nobody got.
-func fairFenceArg(r request) string {
-	if r.fence && !r.reentry {
-		return "-4"
-	}
-	return fenceArg(r)
-}
-
 // subscribeEarly says that a Lock should subscribe before its first
 // attempt when a waiting attempt on this handle found the lock taken less
 // than fairBusyFor ago: its attempt will most likely join the queue, and
@@ -300,63 +272,16 @@ func (k *fairKind) subscribeEarly() bool {
 // its next Locks subscribe before their first attempt.
 const fairBusyFor = time.Second
 
-// release gives back r.owner's hold. When the head waiter is a dlock
-// waiter, of any Client, subscribed to its channel, the release hands the
-// lock over to it with r's lease (and a fencing token when r is fenced),
-// and tells it so (fair_release.lua, handedOver): the head needs no
-// attempt of its own. Not with WithReplicaSync: the head's hold would
-// skip the replica sync.
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	args := []any{unlockMessage, r.owner, k.c.publish, k.wait}
-	if !k.c.cfg.replicas.enabled() {
-		args = append(args, millis(r.lease), boolArg(r.fence))
-	}
-	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease,
-		[]string{k.name, k.queue, k.deadlines, k.channelPrefix, k.token}, args...))
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
+		unlockMessage, r.owner, k.c.publish, k.wait))
 }
 
-// handedOver reads the messages of owner's channel (msgs, oldest first)
-// for a hand-over (fair_release.lua): found says that a release gave the
-// lock to the waiter, with the lease lease and the fencing token token
-// (0 when the release took none).
-func (k *fairKind) handedOver(msgs []string) (lease time.Duration, token int64, found bool) {
-	for _, m := range msgs {
-		rest, ok := strings.CutPrefix(m, fairHandOverPrefix)
-		if !ok {
-			continue
-		}
-		ms, tok, ok := strings.Cut(rest, ":")
-		l, err1 := strconv.ParseInt(ms, 10, 64)
-		t, err2 := strconv.ParseInt(tok, 10, 64)
-		if ok && err1 == nil && err2 == nil {
-			lease, token, found = time.Duration(l)*time.Millisecond, t, true
-		}
-	}
-	return lease, token, found
-}
-
-// fairHandOverPrefix starts the message that tells a waiter that a
-// release handed it the lock: "h:<lease ms>:<token>".
-const fairHandOverPrefix = "h:"
-
-// leave takes a waiter that gave up out of the queue. A release may have
-// handed the lock over to it meanwhile (the script then finds it holding
-// the lock, not queued): unless this Client holds the lock for the owner
-// (a re-entry), the lock is given back like an Unlock would, to the next
-// waiter.
+// leave takes a waiter that gave up out of the queue.
 func (k *fairKind) leave(ctx context.Context, r request) error {
 	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
-	n, err := k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Int64()
-	if err != nil || n != fairLeftHolding || r.reentry || k.c.holds.held(holdKey{k.key(), k.field(r.owner)}) != nil {
-		return err
-	}
-	_, err = k.release(ctx, r)
-	return err
+	return k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Err()
 }
-
-// fairLeftHolding is fair_leave.lua's answer for an owner that was not
-// queued but holds the lock.
-const fairLeftHolding = 2
 
 // prune takes a waiter found dead out of the queue, and wakes it on its
 // channel: should it be alive after all (its record lost to an eviction,

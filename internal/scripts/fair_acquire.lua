@@ -95,10 +95,7 @@ if ARGV[4] ~= '1' then
   return {0, held, suspect()}
 end
 
--- A dlock head keeps itself ahead: it attempts at least every half wait
--- while it waits (see the end), and each of its attempts moves its own
--- deadline, and the queue's behind it (below).
-if locked and head and not dlockOwner(head) then
+if locked and head then
   keepAhead(KEYS[2], KEYS[3], now + held + wait, head)
 end
 local deadline = redis.call('zscore', KEYS[3], owner)

@@ -76,18 +76,6 @@ local function shiftAll(deadlines, by, only, all)
   end
 end
 
--- dlockOwner reports whether owner is a dlock owner, "<clientID>:<n>"
--- with a lower-case UUID of version 8 and the RFC 9562 variant as the
--- client id (layout.OwnerClientID): a waiter that keeps its own deadline
--- ahead and reads a hand-over message (fair_release.lua). A Redisson
--- owner ("<uuid v4>:<thread id>") is not one.
-local hex = '[0-9a-f]'
-local dlockOwnerPattern = '^' .. hex:rep(8) .. '%-' .. hex:rep(4) .. '%-8' .. hex:rep(3) ..
-  '%-[89ab]' .. hex:rep(3) .. '%-' .. hex:rep(12) .. ':%d+$'
-local function dlockOwner(owner)
-  return string.find(owner, dlockOwnerPattern) ~= nil
-end
-
 -- keepAhead keeps the head's deadline at least floor, moving every
 -- waiter's deadline as far forward and keeping their distances. head is
 -- the queue's head, nil to read it. The floor applies while the lock is
