@@ -65,6 +65,16 @@ const maxOnWire = transport.MaxOnWire
 func holdBatch(t *testing.T, c *Client, proxy *redistest.Proxy, calls []func() error) []error {
 	t.Helper()
 	b := c.tr
+	// A batch still counted on the wire (an earlier call's, whose caller
+	// has its reply before the batcher counts it off) would lower the
+	// count FillWire sets when it ends, and the calls would go out
+	// directly instead of queueing.
+	eventually(t, 5*time.Second, func() error {
+		if n := onWireNow(c); n != 0 {
+			return fmt.Errorf("%d batches still on the wire", n)
+		}
+		return nil
+	})
 	b.FillWire()
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
@@ -453,6 +463,16 @@ func TestBatchedScriptsKeepTheirErrors(t *testing.T) {
 
 	const n = 32
 	b := c.tr
+	// A batch still counted on the wire (an earlier call's, whose caller
+	// has its reply before the batcher counts it off) would lower the
+	// count FillWire sets when it ends, and the calls would go out
+	// directly instead of queueing.
+	eventually(t, 5*time.Second, func() error {
+		if n := onWireNow(c); n != 0 {
+			return fmt.Errorf("%d batches still on the wire", n)
+		}
+		return nil
+	})
 	b.FillWire()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
