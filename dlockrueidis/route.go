@@ -82,13 +82,32 @@ func (r *router) node(ctx context.Context, channel string) string {
 	return ""
 }
 
-// load reads CLUSTER SLOTS within ctx and at most routeTimeout; on error
-// the table stays as it was.
+// load reads CLUSTER SLOTS and waits for it within ctx; on error the
+// table stays as it was. rueidis honours a cancelled ctx while it waits
+// for a reply, but not while it opens a connection (its handshake keeps
+// only the deadline), so the read runs in a goroutine of its own, bounded
+// by routeTimeout, which applies the answer whenever it comes: a caller
+// that leaves, such as the hub closing, does not wait for a node that
+// does not answer.
 func (r *router) load(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, routeTimeout)
-	defer cancel()
 	r.loads.Add(1)
-	rows, err := r.c.Do(ctx, r.c.B().ClusterSlots().Build()).ToArray()
+	read, cancel := context.WithTimeout(ctx, routeTimeout)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		rows, err := r.c.Do(read, r.c.B().ClusterSlots().Build()).ToArray()
+		r.ended(rows, err)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.ended(nil, ctx.Err())
+	}
+}
+
+// ended records that a load ended, with the table read or err.
+func (r *router) ended(rows []rueidis.RedisMessage, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tried = true

@@ -2,7 +2,10 @@ package dlockrueidis
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +70,69 @@ func TestRouterHonoursCallerAndCoalesces(t *testing.T) {
 	wg.Wait()
 	if n := r.loads.Load() - 1; n > 2 {
 		t.Fatalf("%d CLUSTER SLOTS for 20 concurrent reloads, want 1", n)
+	}
+}
+
+// TestRouterLeavesADialThatIgnoresCancel: rueidis does not honour a
+// cancelled ctx while it opens a connection (its handshake keeps only the
+// deadline). With every node paused and the client's connections broken,
+// a reload has to dial one; its caller still leaves as soon as its ctx is
+// cancelled, not when the handshake gives up routeTimeout later. (Close
+// of a hub whose nodes froze waits for such a reload.)
+func TestRouterLeavesADialThatIgnoresCancel(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		dials atomic.Int64
+	)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  cl.Addrs(),
+		DisableCache: true,
+		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			dials.Add(1)
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+			return c, err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	r := newRouter(rc)
+	r.refresh(context.Background())
+	for _, n := range cl.Nodes() {
+		n.Pause()
+		t.Cleanup(n.Resume)
+	}
+	mu.Lock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	mu.Unlock()
+
+	// Reload until one of the reloads dialed: a reload sent before the
+	// client saw its connection broken fails at once instead.
+	before := dials.Load()
+	for try := 0; dials.Load() == before; try++ {
+		if try == 50 {
+			t.Fatal("50 reloads and none dialed a connection")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		timer := time.AfterFunc(50*time.Millisecond, cancel)
+		start := time.Now()
+		r.refresh(ctx)
+		took := time.Since(start)
+		timer.Stop()
+		cancel()
+		if took > routeTimeout/2 {
+			t.Fatalf("reload took %v: its caller's cancel was not kept", took.Round(time.Millisecond))
+		}
 	}
 }
 
