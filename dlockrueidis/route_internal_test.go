@@ -14,18 +14,27 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// newClusterClient starts a cluster and a rueidis client of it, with opt's
+// other fields (client-side caching off).
+func newClusterClient(t *testing.T, opt rueidis.ClientOption) (*redistest.Cluster, rueidis.Client) {
+	t.Helper()
+	cl := redistest.NewCluster(t)
+	opt.InitAddress, opt.DisableCache = cl.Addrs(), true
+	rc, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	return cl, rc
+}
+
 // TestRouterHonoursCallerAndCoalesces: while no node of the cluster
 // answers (every node paused), the router's CLUSTER SLOTS ends with its
 // caller's ctx, not routeTimeout later; concurrent reloads send one CLUSTER
 // SLOTS between them; and lookups after the first load do not load again,
 // even though the table could not be read.
 func TestRouterHonoursCallerAndCoalesces(t *testing.T) {
-	cl := redistest.NewCluster(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
+	cl, rc := newClusterClient(t, rueidis.ClientOption{})
 	r := newRouter(rc)
 	for _, n := range cl.Nodes() {
 		n.Pause()
@@ -80,15 +89,12 @@ func TestRouterHonoursCallerAndCoalesces(t *testing.T) {
 // cancelled, not when the handshake gives up routeTimeout later. (Close
 // of a hub whose nodes froze waits for such a reload.)
 func TestRouterLeavesADialThatIgnoresCancel(t *testing.T) {
-	cl := redistest.NewCluster(t)
 	var (
 		mu    sync.Mutex
 		conns []net.Conn
 		dials atomic.Int64
 	)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress:  cl.Addrs(),
-		DisableCache: true,
+	cl, rc := newClusterClient(t, rueidis.ClientOption{
 		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
 			dials.Add(1)
 			c, err := d.DialContext(ctx, "tcp", addr)
@@ -100,10 +106,6 @@ func TestRouterLeavesADialThatIgnoresCancel(t *testing.T) {
 			return c, err
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
 	r := newRouter(rc)
 	r.refresh(context.Background())
 	for _, n := range cl.Nodes() {
@@ -140,12 +142,7 @@ func TestRouterLeavesADialThatIgnoresCancel(t *testing.T) {
 // answering reopens its connection and reloads the slot table, which
 // cannot be read; Close ends that reload rather than waiting for it.
 func TestHubCloseWhileSlotsUnanswered(t *testing.T) {
-	cl := redistest.NewCluster(t)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
+	cl, rc := newClusterClient(t, rueidis.ClientOption{})
 	r := newRouter(rc)
 	hub := pubsub.NewSharded(func(_ context.Context, node string) pubsub.Conn {
 		return newConn(nodeClient(rc, node))
