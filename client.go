@@ -294,9 +294,13 @@ func clusterRouter(cc *redis.ClusterClient) pubsub.Router {
 		},
 		// ReloadState only starts a reload, which the channels moved
 		// next would not see: ForEachMaster reloads the table before it
-		// returns (within ctx), and has nothing to do on the masters.
+		// returns, and has nothing to do on the masters. go-redis may
+		// not end its read of CLUSTER SLOTS when ctx is cancelled, so
+		// the caller waits for it only within ctx (pubsub.Reload).
 		Refresh: func(ctx context.Context) {
-			_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+			pubsub.Reload(ctx, func(ctx context.Context) {
+				_ = cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+			})
 		},
 	}
 }

@@ -277,3 +277,27 @@ func slotOwner(v any, slot int) int {
 	}
 	return 0
 }
+
+// TestClusterRouterRefreshLeavesWithCaller: go-redis (without
+// ContextTimeoutEnabled) does not end a read of CLUSTER SLOTS when its ctx
+// is cancelled, only at its ReadTimeout. With every node paused, the
+// router's Refresh still returns when its caller's ctx is cancelled: a
+// hub closing on a frozen cluster does not wait for the read.
+func TestClusterRouterRefreshLeavesWithCaller(t *testing.T) {
+	cl := redistest.NewCluster(t) // its own: every node is paused
+	r := clusterRouter(newClusterRedis(t, cl, 3*time.Second))
+	r.Refresh(context.Background()) // the table, while the nodes answer
+	for _, n := range cl.Nodes() {
+		n.Pause()
+		t.Cleanup(n.Resume)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	timer := time.AfterFunc(50*time.Millisecond, cancel)
+	defer timer.Stop()
+	start := time.Now()
+	r.Refresh(ctx)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Refresh took %v after its ctx was cancelled at 50ms", took.Round(time.Millisecond))
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/pubsub"
@@ -22,7 +21,7 @@ import (
 )
 
 // routeTimeout bounds one CLUSTER SLOTS, within its caller's ctx.
-const routeTimeout = 2 * time.Second
+const routeTimeout = pubsub.ReloadLimit
 
 // slotRange is one range of CLUSTER SLOTS's answer and its master.
 type slotRange struct {
@@ -82,26 +81,16 @@ func (r *router) node(ctx context.Context, channel string) string {
 	return ""
 }
 
-// load reads CLUSTER SLOTS and waits for it within ctx; on error the
-// table stays as it was. rueidis honours a cancelled ctx while it waits
-// for a reply, but not while it opens a connection (its handshake keeps
-// only the deadline), so the read runs in a goroutine of its own, bounded
-// by routeTimeout, which applies the answer whenever it comes: a caller
-// that leaves, such as the hub closing, does not wait for a node that
-// does not answer.
+// load reads CLUSTER SLOTS and waits for it within ctx (pubsub.Reload:
+// rueidis keeps only the deadline while it dials); on error the table
+// stays as it was. A read its caller left applies its answer when it
+// comes.
 func (r *router) load(ctx context.Context) {
 	r.loads.Add(1)
-	read, cancel := context.WithTimeout(ctx, routeTimeout)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer cancel()
-		rows, err := r.c.Do(read, r.c.B().ClusterSlots().Build()).ToArray()
+	if !pubsub.Reload(ctx, func(ctx context.Context) {
+		rows, err := r.c.Do(ctx, r.c.B().ClusterSlots().Build()).ToArray()
 		r.ended(rows, err)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	}) {
 		r.ended(nil, ctx.Err())
 	}
 }

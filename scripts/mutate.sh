@@ -1365,10 +1365,23 @@ m "rueidis: one SSUBSCRIBE for every slot on reopen" dlockrueidis/pubsub.go \
 # first load ended, and is sent once for concurrent reloads. rueidis keeps
 # only the deadline while it dials (its handshake), so the caller waits
 # for the read in a select, not inline.
-m "route: CLUSTER SLOTS read inline, past its caller's cancel" dlockrueidis/route.go \
+m "route: CLUSTER SLOTS read inline, past its caller's cancel" internal/pubsub/coalesce.go \
   '	go func() {' \
   '	func() {' \
   ./dlockrueidis '^(TestRouterLeavesADialThatIgnoresCancel)$'
+# Reload waits on its caller's ctx, not on the bounded one it cancels
+# when the reload returns (that would report a reload that returned as
+# left, and the router would read no table).
+m "reload: waits on the bounded ctx" internal/pubsub/coalesce.go \
+  '	case <-ctx.Done():
+		return false' \
+  '	case <-time.After(0):
+		return false' \
+  ./internal/pubsub '^(TestReloadReportsWhatHappened)$'
+m "hub: go-redis Refresh read inline, past its caller's cancel" client.go \
+  '			pubsub.Reload(ctx, func(ctx context.Context) {' \
+  '			func(f func(context.Context)) { f(ctx) }(func(ctx context.Context) {' \
+  . '^(TestClusterRouterRefreshLeavesWithCaller)$'
 m "route: every lookup loads while the table is unread" dlockrueidis/route.go \
   '	first := !r.tried' \
   '	first := r.ranges == nil' \
