@@ -1429,6 +1429,15 @@ m "hub: rehome dials under the mutex" internal/pubsub/hub.go \
 		}
 	}' \
   ./internal/pubsub '^(TestClusterRehomeDoesNotBlockHub)$'
+# A Subscribe sends its (S)SUBSCRIBE, and dials a new connection, after
+# the hub's mutex is released: a node that does not answer must not hold
+# up the Subscribes of other nodes' channels.
+m "hub: Subscribe dials under the mutex" internal/pubsub/hub.go \
+  '	err := h.subscribe(ctx, j.s.ps, j.w.name)
+	h.mu.Lock()' \
+  '	h.mu.Lock()
+	err := h.subscribe(ctx, j.s.ps, j.w.name)' \
+  ./internal/pubsub '^(TestClusterSubscribeDoesNotBlockHub)$'
 # A classic hub's reopened connection subscribes the channels that still
 # have waiters after its pause, not those it had before.
 m "hub: reopen subscribes channels whose waiters left" internal/pubsub/hub.go \

@@ -323,3 +323,99 @@ func TestClusterRehomeDoesNotBlockHub(t *testing.T) {
 		t.Fatalf("%s: the resubscribed channel missed its message", x)
 	}
 }
+
+// pin routes ch to m without asking the cluster (until the next Refresh),
+// so that routing does not wait for a node that does not answer.
+func (r *rig) pin(ch string, m *redistest.Server) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wrong[int(layout.Slot(ch))] = m.Addr()
+}
+
+// frozenDial has r's hub subscribe to a channel on master a, which is
+// paused, with a long ctx, and returns once the new connection is being
+// dialed: it will be accepted but never greeted while a is paused. The
+// Subscribe's outcome arrives on the returned channel. a resumes before
+// the rig's cleanup, or when the test calls the returned function.
+func frozenDial(t *testing.T, r *rig, a *redistest.Server, x string) (<-chan error, func()) {
+	t.Helper()
+	r.pin(x, a)
+	signal := make(chan struct{})
+	close(signal) // the dial signals r.dialing and goes on
+	r.mu.Lock()
+	r.hold[a.Addr()] = signal
+	r.mu.Unlock()
+	a.Pause()
+	resume := sync.OnceFunc(a.Resume)
+	t.Cleanup(resume)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(ctx, x)
+		if err == nil {
+			select {
+			case <-w.Ready():
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			w.Close(false)
+		}
+		done <- err
+	}()
+	select {
+	case <-r.dialing:
+	case <-time.After(10 * time.Second):
+		resume()
+		t.Fatal("the hub did not dial the paused master within 10s")
+	}
+	return done, resume
+}
+
+// TestClusterSubscribeDoesNotBlockHub: while a Subscribe dials a new
+// connection to a master that does not answer (paused: TCP is accepted,
+// the handshake never answered), a Subscribe on another master's channel
+// is confirmed at once: the dial and the SSUBSCRIBE are not made under
+// the hub's mutex. The first one completes once the master resumes.
+func TestClusterSubscribeDoesNotBlockHub(t *testing.T) {
+	r := newRig(t, redis.Options{ReadTimeout: 10 * time.Second})
+	a, b := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "frozen:x")[0]
+	z := channelsOn(r.cl, b, 1, "frozen:z")[0]
+	r.pin(z, b)
+	frozen, resume := frozenDial(t, r, a, x)
+
+	other := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(context.Background(), z)
+		if err == nil {
+			select {
+			case <-w.Ready():
+			case <-time.After(10 * time.Second):
+				err = errors.New("not confirmed within 10s")
+			}
+			w.Close(false)
+		}
+		other <- err
+	}()
+	// Within a second: the cluster fails a paused master over after 2s.
+	select {
+	case err := <-other:
+		resume()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		resume()
+		<-other
+		t.Fatal("Subscribe on another master waited for a dial to a paused one")
+	}
+	select {
+	case err := <-frozen:
+		if err != nil {
+			t.Fatalf("the Subscribe on the resumed master: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Subscribe on the resumed master was not confirmed within 10s")
+	}
+}

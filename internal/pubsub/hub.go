@@ -38,6 +38,7 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -133,6 +134,14 @@ type shard struct {
 	ps   Conn
 	stop context.CancelFunc // ends the reader
 
+	// started is set when the reader starts. Until then the connection
+	// is being opened by whoever created it (a Subscribe or rehome),
+	// and other Subscribes wait for opened, closed once the reader
+	// starts or the shard is closed, rather than send on it meanwhile.
+	started  bool
+	opened   chan struct{}
+	openOnce sync.Once
+
 	// inflight counts (S)SUBSCRIBE commands sent on this connection whose
 	// confirmation has not arrived yet, per channel.
 	inflight map[string]int
@@ -145,9 +154,13 @@ type shard struct {
 type channel struct {
 	// shard is the connection the channel is subscribed on; nil while a
 	// sharded hub moves it to another (rehome).
-	shard   *shard
-	ready   chan struct{} // closed once the subscription is confirmed
-	waiters []*Waiter     // FIFO: unlock messages go to the longest waiter
+	shard *shard
+	ready chan struct{} // closed once the subscription is confirmed
+	// sent is closed once the Subscribe that created the channel has sent
+	// its (S)SUBSCRIBE, or failed to: other Subscribes of the channel
+	// wait for it, then join the channel or, if it is gone, try again.
+	sent    chan struct{}
+	waiters []*Waiter // FIFO: unlock messages go to the longest waiter
 	// moved is set when the channel was subscribed again on a new
 	// connection: its confirmation must wake every waiter.
 	moved bool
@@ -205,45 +218,126 @@ func newHub(open func(ctx context.Context, node string) Conn, sharded bool, r Ro
 // sent before it returns; Ready is closed when Redis has confirmed it, after
 // which no message on the channel can be missed while the connection stays
 // up.
+//
+// The (S)SUBSCRIBE, and the dial of a new connection, are sent without the
+// hub's mutex: a node that does not answer holds up only the Subscribes of
+// channels on its connection, which wait for the connection to open (or
+// their ctx to end). Concurrent Subscribes of one channel share one
+// command: the others wait until it was sent, then join the channel or, if
+// sending failed, try again themselves. A failed send returns its error to
+// its caller and leaves no channel, connection or count behind. Close wakes
+// every caller waiting for another's send.
 func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
-	key := h.nodeOf(ctx, name)
+	for {
+		key := h.nodeOf(ctx, name)
+		h.mu.Lock()
+		j, err := h.join(ctx, key, name)
+		h.mu.Unlock()
+		switch {
+		case err != nil:
+			return nil, err
+		case j.wait != nil:
+			if err := h.await(ctx, j.wait); err != nil {
+				return nil, err
+			}
+		case j.ch == nil:
+			return j.w, nil
+		default:
+			return h.send(ctx, j)
+		}
+	}
+}
+
+// joined is what join did: it registered w on a channel already sent, or
+// placed a new channel ch on s with w as its first waiter, for the caller
+// to send, or found a send or a dial in progress to wait for.
+type joined struct {
+	w    *Waiter
+	ch   *channel
+	s    *shard
+	wait <-chan struct{}
+}
+
+// join registers a waiter on name, whose connection is key's, or says what
+// to wait for first; h.mu must be held.
+func (h *Hub) join(ctx context.Context, key, name string) (joined, error) {
+	if h.closed {
+		return joined{}, ErrClosed
+	}
+	if ch := h.channels[name]; ch != nil {
+		if !isClosed(ch.sent) {
+			return joined{wait: ch.sent}, nil
+		}
+		return joined{w: ch.add(h, name)}, nil
+	}
+	s := h.shards[key]
+	if s == nil {
+		s = h.newShard(ctx, key)
+		h.shards[key] = s
+	} else if !isClosed(s.opened) {
+		return joined{wait: s.opened}, nil
+	}
+	ch := &channel{shard: s, ready: make(chan struct{}), sent: make(chan struct{})}
+	h.channels[name] = ch
+	s.channels++
+	s.inflight[name]++
+	return joined{w: ch.add(h, name), ch: ch, s: s}, nil
+}
+
+// await waits, without h.mu, for a send or dial in progress to end, or for
+// the hub to close; the caller then tries again.
+func (h *Hub) await(ctx context.Context, gate <-chan struct{}) error {
+	select {
+	case <-gate:
+		return nil
+	case <-h.life.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pubsub: waiting for a subscription in progress: %w", ctx.Err())
+	}
+}
+
+// send sends the (S)SUBSCRIBE of the channel join placed, without h.mu,
+// then lets the Subscribes waiting for it go on. Sent, the waiter is
+// returned and the connection's reader starts if it has not (the reader
+// starts only now: a go-redis cluster PubSub picks its node by the
+// channels it has when it first connects). If sending failed, or the hub
+// closed meanwhile, the waiter leaves as Close(true) would, and the caller
+// gets the error.
+func (h *Hub) send(ctx context.Context, j joined) (*Waiter, error) {
+	err := h.subscribe(ctx, j.s.ps, j.w.name)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
-		return nil, ErrClosed
+	close(j.ch.sent)
+	if err == nil && h.closed {
+		err = ErrClosed
 	}
-	ch := h.channels[name]
-	if ch == nil {
-		s := h.shards[key]
-		fresh := s == nil
-		if fresh {
-			s = h.newShard(ctx, key)
-		}
-		s.inflight[name]++
-		if err := h.subscribe(ctx, s.ps, name); err != nil {
-			h.settle(s, name)
-			if fresh {
-				_ = s.close()
-			} else {
-				// go-redis keeps the channel even when the command
-				// failed, and would subscribe it after a reconnect.
-				_ = h.unsubscribe(context.WithoutCancel(ctx), s.ps, name)
-			}
-			return nil, err
-		}
-		if fresh {
-			// The reader starts only now: a go-redis cluster PubSub picks
-			// its node by the channels it has when it first connects.
-			h.shards[key] = s
-			h.start(s)
-		}
-		ch = &channel{shard: s, ready: make(chan struct{})}
-		s.channels++
-		h.channels[name] = ch
+	if err != nil {
+		h.settle(j.s, j.w.name)
+		h.leave(j.w, true)
+		return nil, err
 	}
+	if !j.s.started && h.shards[j.s.key] == j.s {
+		h.start(j.s)
+	}
+	return j.w, nil
+}
+
+// add registers a new waiter on ch, the channel named name; h.mu must be
+// held.
+func (ch *channel) add(h *Hub, name string) *Waiter {
 	w := &Waiter{hub: h, name: name, ready: ch.ready, wake: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
-	return w, nil
+	return w
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // Listen registers a listener on the named channel: a waiter that also
@@ -311,6 +405,11 @@ func (w *Waiter) Close(consumed bool) {
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.leave(w, consumed)
+}
+
+// leave is Waiter.Close with h.mu held.
+func (h *Hub) leave(w *Waiter, consumed bool) {
 	ch := h.channels[w.name]
 	if ch == nil {
 		return
@@ -328,10 +427,18 @@ func (w *Waiter) Close(consumed bool) {
 		}
 	default:
 	}
-	if len(ch.waiters) > 0 {
-		return
+	if len(ch.waiters) == 0 {
+		h.drop(w.name, ch)
 	}
-	delete(h.channels, w.name)
+}
+
+// drop forgets a channel whose last waiter left; h.mu must be held. The
+// last channel of a sharded connection, or of one not started yet, closes
+// it. Otherwise the channel is unsubscribed, unless the connection is not
+// started: its opener may be dialing with go-redis's PubSub mutex held,
+// and the channel, if go-redis subscribes it, is ignored.
+func (h *Hub) drop(name string, ch *channel) {
+	delete(h.channels, name)
 	s := ch.shard
 	if s == nil {
 		return // being moved: rehome skips a channel gone meanwhile
@@ -340,14 +447,17 @@ func (w *Waiter) Close(consumed bool) {
 	if h.closed || h.shards[s.key] != s {
 		return
 	}
-	if h.sharded && s.channels == 0 {
+	if s.channels == 0 && (h.sharded || !s.started) {
 		delete(h.shards, s.key)
-		s.close()
+		_ = s.close()
+		return
+	}
+	if !s.started {
 		return
 	}
 	// The reply is read by the reader; an error here means the connection
 	// is down, and go-redis forgets the channel too.
-	_ = h.unsubscribe(context.Background(), s.ps, w.name)
+	_ = h.unsubscribe(context.Background(), s.ps, name)
 }
 
 // Waiters reports how many waiters the hub has on a channel (for tests).
@@ -400,22 +510,46 @@ func (h *Hub) nodeOf(ctx context.Context, name string) string {
 
 // newShard returns a shard with a new PubSub; it is not started.
 func (h *Hub) newShard(ctx context.Context, key string) *shard {
-	return &shard{key: key, ps: h.open(context.WithoutCancel(ctx), key), inflight: map[string]int{}}
+	return &shard{
+		key: key, ps: h.open(context.WithoutCancel(ctx), key),
+		inflight: map[string]int{}, opened: make(chan struct{}),
+	}
 }
 
-// start runs the shard's reader. h.mu must be held.
+// start runs the shard's reader and lets other Subscribes use the shard;
+// h.mu must be held.
 func (h *Hub) start(s *shard) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
+	s.started = true
+	s.release()
 	h.done.Add(1)
 	go h.run(ctx, s)
 }
 
+// release lets the Subscribes waiting for s to open go on.
+func (s *shard) release() {
+	s.openOnce.Do(func() { close(s.opened) })
+}
+
 // close stops the reader and closes the connection.
 func (s *shard) close() error {
+	s.halt()
+	return s.closeConn()
+}
+
+// halt stops the reader and releases the Subscribes waiting for s; h.mu
+// must be held.
+func (s *shard) halt() {
 	if s.stop != nil {
 		s.stop()
 	}
+	s.release()
+}
+
+// closeConn closes the connection; redis.ErrClosed, for one closed
+// already, is no error.
+func (s *shard) closeConn() error {
 	err := s.ps.Close()
 	if errors.Is(err, redis.ErrClosed) {
 		return nil
@@ -658,6 +792,9 @@ func (h *Hub) reopenLocked(s *shard) {
 	ns := h.newShard(h.life, s.key)
 	ns.channels = s.channels
 	ns.retries = retries
+	// Subscribes may send on ns before its reader starts: a classic
+	// PubSub connects to the one server whatever it subscribes first.
+	ns.release()
 	for _, ch := range h.channels {
 		if ch.shard == s {
 			ch.shard, ch.moved = ns, true
@@ -675,7 +812,7 @@ func (h *Hub) reopenLocked(s *shard) {
 			}
 		}
 		h.mu.Lock()
-		if h.shards[ns.key] == ns {
+		if h.shards[ns.key] == ns && !ns.started {
 			h.start(ns)
 		}
 		h.mu.Unlock()
@@ -739,8 +876,7 @@ func (h *Hub) rehomeLater(names []string, retries int) {
 // placement is the channels rehome subscribes on one connection, one
 // SSUBSCRIBE per slot.
 type placement struct {
-	s     *shard
-	fresh bool // s is new: its reader starts after the SSUBSCRIBEs
+	s     *shard // its reader starts, if it has not, once they are sent
 	slots [][]string
 	err   error
 }
@@ -773,7 +909,7 @@ func (h *Hub) rehome(nodes map[string]string, retries int) {
 		if p.err != nil {
 			h.reconnecting(p.err)
 			h.reopenLocked(p.s)
-		} else if p.fresh {
+		} else if !p.s.started {
 			h.start(p.s)
 		}
 	}
@@ -799,7 +935,7 @@ func (h *Hub) place(nodes map[string]string, retries int) []*placement {
 	var plan []*placement
 	for node, slots := range bySlot {
 		p := &placement{s: h.shards[node]}
-		if p.fresh = p.s == nil; p.fresh {
+		if p.s == nil {
 			p.s = h.newShard(h.life, node)
 			p.s.retries = retries
 			h.shards[node] = p.s
