@@ -1438,6 +1438,13 @@ m "hub: Subscribe dials under the mutex" internal/pubsub/hub.go \
   '	h.mu.Lock()
 	err := h.subscribe(ctx, j.s.ps, j.w.name)' \
   ./internal/pubsub '^(TestClusterSubscribeDoesNotBlockHub)$'
+# A refused SSUBSCRIBE is never confirmed: its in-flight count must go,
+# or the channel's next subscription is never ready.
+m "hub: a refusal keeps the in-flight counts" internal/pubsub/hub.go \
+  '			h.refused(s)
+' \
+  '' \
+  ./internal/pubsub '^(TestClusterRefusalLeavesNoCount)$'
 # A classic hub's reopened connection subscribes the channels that still
 # have waiters after its pause, not those it had before.
 m "hub: reopen subscribes channels whose waiters left" internal/pubsub/hub.go \

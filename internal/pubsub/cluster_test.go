@@ -419,3 +419,43 @@ func TestClusterSubscribeDoesNotBlockHub(t *testing.T) {
 		t.Fatal("the Subscribe on the resumed master was not confirmed within 10s")
 	}
 }
+
+// TestClusterRefusalLeavesNoCount: a refused SSUBSCRIBE (NOPERM) is never
+// confirmed, so it must not stay counted as in flight: once the ACL allows
+// the channel, its next subscription would take its own confirmation for
+// the refused one's and never be ready.
+func TestClusterRefusalLeavesNoCount(t *testing.T) {
+	cl := sharedCluster(t)
+	ctx := context.Background()
+	acl := func(rules ...any) {
+		t.Helper()
+		for _, n := range cl.Nodes() {
+			if _, err := n.Do(ctx, append([]any{"ACL", "SETUSER", "hubcount"}, rules...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	acl("on", ">pw", "~*", "resetchannels", "&allowed:*", "+@all")
+	t.Cleanup(func() {
+		for _, n := range cl.Nodes() {
+			_, _ = n.Do(ctx, "ACL", "DELUSER", "hubcount")
+		}
+	})
+	r := newRig(t, redis.Options{Username: "hubcount", Password: "pw"})
+	a, _ := twoMasters(t, r.cl)
+	r.subscribe(t, channelsOn(cl, a, 1, "allowed:")[0]) // keeps the connection
+	denied := channelsOn(cl, a, 1, "denied:")[0]
+	w, err := r.h.Subscribe(ctx, denied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.refused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refusal was not reported within 10s")
+	}
+	w.Close(false)
+
+	acl("&denied:*")
+	r.subscribe(t, denied) // fails unless confirmed within 10s
+}

@@ -598,6 +598,7 @@ func (h *Hub) run(ctx context.Context, s *shard) {
 				h.moveSlot(s, slot)
 				continue
 			}
+			h.refused(s)
 			if h.OnError != nil {
 				h.OnError(err)
 			}
@@ -756,6 +757,20 @@ func (h *Hub) moveSlotLocked(s *shard, slot, retries int) {
 // would outlive its channel, and the next subscription of that channel
 // would take its own confirmation for an older one's and never be ready.
 func (h *Hub) lost(s *shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(s.inflight)
+}
+
+// refused forgets the (S)SUBSCRIBE commands in flight on s when one of
+// them was refused (NOPERM): the error reply does not say which (Redis 7.0
+// names no channel), and the refused channels' confirmations will never
+// come. Kept, a refused channel's count would outlive it, and its next
+// subscription would take its own confirmation for the refused one's and
+// never be ready. The commands still on their way are answered as lost()
+// says: their confirmation, no longer "ours", makes the channel ready and
+// wakes its waiters once more than needed.
+func (h *Hub) refused(s *shard) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	clear(s.inflight)
