@@ -1445,6 +1445,12 @@ m "hub: a refusal keeps the in-flight counts" internal/pubsub/hub.go \
 ' \
   '' \
   ./internal/pubsub '^(TestClusterRefusalLeavesNoCount)$'
+# Close closes the connections off the mutex and waits for them a
+# bounded time: go-redis's Close waits for a dial to a frozen node.
+m "hub: Close waits for every connection to close" internal/pubsub/hub.go \
+  'go func() { closed <- s.closeConn() }()' \
+  'closed <- s.closeConn()' \
+  ./internal/pubsub '^(TestClusterCloseDoesNotWaitForAFrozenDial)$'
 # A classic hub's reopened connection subscribes the channels that still
 # have waiters after its pause, not those it had before.
 m "hub: reopen subscribes channels whose waiters left" internal/pubsub/hub.go \

@@ -420,6 +420,40 @@ func TestClusterSubscribeDoesNotBlockHub(t *testing.T) {
 	}
 }
 
+// TestClusterCloseDoesNotWaitForAFrozenDial: Close returns at once while
+// a Subscribe dials a master that does not answer. go-redis keeps only a
+// ctx's deadline while it dials, and closing its PubSub waits for the
+// dial: Close leaves it to go-redis's timeout.
+func TestClusterCloseDoesNotWaitForAFrozenDial(t *testing.T) {
+	r := newRig(t, redis.Options{ReadTimeout: 10 * time.Second})
+	a, _ := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "frozen:close")[0]
+	frozen, resume := frozenDial(t, r, a, x)
+
+	closed := make(chan struct{})
+	go func() {
+		_ = r.h.Close()
+		close(closed)
+	}()
+	// Within a second: the cluster fails a paused master over after 2s.
+	select {
+	case <-closed:
+		resume()
+	case <-time.After(time.Second):
+		resume()
+		<-closed
+		t.Fatal("Close waited for a dial to a paused master")
+	}
+	select {
+	case err := <-frozen:
+		if err == nil {
+			t.Fatal("a Subscribe that Close overtook succeeded")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the pending Subscribe did not return within 15s of Close")
+	}
+}
+
 // TestClusterRefusalLeavesNoCount: a refused SSUBSCRIBE (NOPERM) is never
 // confirmed, so it must not stay counted as in flight: once the ACL allows
 // the channel, its next subscription would take its own confirmation for

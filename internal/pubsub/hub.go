@@ -39,7 +39,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +66,13 @@ const (
 	healthInterval = 2 * time.Second
 	// maxBackoff bounds the pause between attempts to reach a shard again.
 	maxBackoff = 250 * time.Millisecond
+	// closeWait bounds how long Close waits for the connections to close
+	// and for the hub's goroutines to end. go-redis keeps only a ctx's
+	// deadline, not its cancellation, while it dials and greets a node,
+	// and closing a PubSub waits for a dial in progress: a node that
+	// does not answer would hold Close until go-redis's own timeouts
+	// (DialTimeout, ReadTimeout), which still end what Close left.
+	closeWait = 100 * time.Millisecond
 )
 
 // Conn is one subscription connection as the hub uses it: a go-redis
@@ -478,7 +487,10 @@ func (h *Hub) Connections() int {
 	return len(h.shards)
 }
 
-// Close closes every connection and wakes every waiter.
+// Close closes every connection and wakes every waiter. It waits for the
+// connections to close and the hub's goroutines to end for at most
+// closeWait: one dialing a node that does not answer ends later, at the
+// dial's timeout, and does nothing then.
 func (h *Hub) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -490,13 +502,43 @@ func (h *Hub) Close() error {
 	for _, ch := range h.channels {
 		ch.wakeAll()
 	}
-	var errs []error
-	for _, s := range h.shards {
-		errs = append(errs, s.close())
+	shards := slices.Collect(maps.Values(h.shards))
+	for _, s := range shards {
+		s.halt()
 	}
 	h.shards = map[string]*shard{}
 	h.mu.Unlock()
-	h.done.Wait()
+	return h.finish(shards)
+}
+
+// finish closes the connections of a closed hub, each on its own goroutine
+// (go-redis's Close waits for a dial in progress), and waits for them and
+// for the hub's goroutines until closeWait has passed.
+func (h *Hub) finish(shards []*shard) error {
+	closed := make(chan error, len(shards))
+	for _, s := range shards {
+		go func() { closed <- s.closeConn() }()
+	}
+	ended := make(chan struct{})
+	go func() {
+		h.done.Wait()
+		close(ended)
+	}()
+	timeout := time.NewTimer(closeWait)
+	defer timeout.Stop()
+	var errs []error
+	for range shards {
+		select {
+		case err := <-closed:
+			errs = append(errs, err)
+		case <-timeout.C:
+			return errors.Join(errs...)
+		}
+	}
+	select {
+	case <-ended:
+	case <-timeout.C:
+	}
 	return errors.Join(errs...)
 }
 
