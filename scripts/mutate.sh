@@ -1451,6 +1451,16 @@ m "hub: Close waits for every connection to close" internal/pubsub/hub.go \
   'go func() { closed <- s.closeConn() }()' \
   'closed <- s.closeConn()' \
   ./internal/pubsub '^(TestClusterCloseDoesNotWaitForAFrozenDial)$'
+# A connection taken out of the hub is closed off the mutex: go-redis's
+# Close waits for a dial in progress on it.
+m "hub: a retired connection closed under the mutex" internal/pubsub/hub.go \
+  '	go func() {
+		defer h.done.Done()
+		_ = s.closeConn()' \
+  '	func() {
+		defer h.done.Done()
+		_ = s.closeConn()' \
+  ./internal/pubsub '^(TestClusterLastLeaveDoesNotBlockHub)$'
 # A classic hub's reopened connection subscribes the channels that still
 # have waiters after its pause, not those it had before.
 m "hub: reopen subscribes channels whose waiters left" internal/pubsub/hub.go \

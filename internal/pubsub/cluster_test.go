@@ -493,3 +493,42 @@ func TestClusterRefusalLeavesNoCount(t *testing.T) {
 	acl("&denied:*")
 	r.subscribe(t, denied) // fails unless confirmed within 10s
 }
+
+// TestClusterLastLeaveDoesNotBlockHub: the last waiter of a connection
+// that rehome is dialing to a node that does not answer leaves at once,
+// and the hub goes on: the connection is closed off the hub's mutex, as
+// go-redis's PubSub.Close waits for the dial.
+func TestClusterLastLeaveDoesNotBlockHub(t *testing.T) {
+	r := newRig(t, redis.Options{})
+	a, b := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "leave:x")[0]
+	z := channelsOn(r.cl, b, 1, "leave:z")[0]
+	wx := r.subscribe(t, x)
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the waiters' cleanups, which need the hub
+	r.mu.Lock()
+	r.hold[a.Addr()] = hold
+	r.mu.Unlock()
+	if _, err := a.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.dialing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not dial the master again within 10s")
+	}
+	left := make(chan struct{})
+	go func() {
+		wx.Close(false) // the last channel of the connection being dialed
+		close(left)
+	}()
+	select {
+	case <-left:
+	case <-time.After(time.Second):
+		release()
+		<-left
+		t.Fatal("the last waiter's Close waited for a dial")
+	}
+	r.subscribe(t, z) // the hub goes on
+}

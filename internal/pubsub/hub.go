@@ -457,8 +457,7 @@ func (h *Hub) drop(name string, ch *channel) {
 		return
 	}
 	if s.channels == 0 && (h.sharded || !s.started) {
-		delete(h.shards, s.key)
-		_ = s.close()
+		h.retire(s)
 		return
 	}
 	if !s.started {
@@ -574,10 +573,20 @@ func (s *shard) release() {
 	s.openOnce.Do(func() { close(s.opened) })
 }
 
-// close stops the reader and closes the connection.
-func (s *shard) close() error {
+// retire takes s out of the hub, stops its reader and closes its
+// connection on a goroutine of its own, which Close waits for as it waits
+// for the others; h.mu must be held and the hub not closed. go-redis's
+// PubSub.Close waits for a dial in progress on it (a rehome's SSUBSCRIBE
+// to a node that does not answer, a reconnect in the reader's
+// ReceiveTimeout), which must not hold up the hub.
+func (h *Hub) retire(s *shard) {
+	delete(h.shards, s.key)
 	s.halt()
-	return s.closeConn()
+	h.done.Add(1)
+	go func() {
+		defer h.done.Done()
+		_ = s.closeConn()
+	}()
 }
 
 // halt stops the reader and releases the Subscribes waiting for s; h.mu
@@ -786,8 +795,7 @@ func (h *Hub) moveSlot(s *shard, slot int) {
 func (h *Hub) moveSlotLocked(s *shard, slot, retries int) {
 	moved := h.detach(s, func(n string) bool { return h.route.Slot(n) == slot })
 	if s.channels == 0 {
-		_ = s.close()
-		delete(h.shards, s.key)
+		h.retire(s)
 	}
 	h.rehomeLater(moved, retries)
 }
@@ -836,8 +844,7 @@ func (h *Hub) reopenLocked(s *shard) {
 	if h.closed || h.shards[s.key] != s {
 		return
 	}
-	_ = s.close()
-	delete(h.shards, s.key)
+	h.retire(s)
 	if s.channels == 0 {
 		return // the next Subscribe opens a new connection
 	}
