@@ -1438,6 +1438,16 @@ m "hub: Subscribe dials under the mutex" internal/pubsub/hub.go \
   '	h.mu.Lock()
 	err := h.subscribe(ctx, j.s.ps, j.w.name)' \
   ./internal/pubsub '^(TestClusterSubscribeDoesNotBlockHub)$'
+# Subscribes that joined a channel whose send failed try again: they
+# must not wait for a confirmation that will never come.
+m "hub: a failed send leaves its joiners waiting" internal/pubsub/hub.go \
+  '	close(j.ch.sent)
+	if err == nil && h.closed {' \
+  '	if err == nil {
+		close(j.ch.sent)
+	}
+	if err == nil && h.closed {' \
+  ./internal/pubsub '^(TestClusterFailedSendRetriedByJoiner)$'
 # A refused SSUBSCRIBE is never confirmed: its in-flight count must go,
 # or the channel's next subscription is never ready.
 m "hub: a refusal keeps the in-flight counts" internal/pubsub/hub.go \

@@ -333,11 +333,11 @@ func (r *rig) pin(ch string, m *redistest.Server) {
 }
 
 // frozenDial has r's hub subscribe to a channel on master a, which is
-// paused, with a long ctx, and returns once the new connection is being
+// paused, with a ctx of timeout d, and returns once the new connection is being
 // dialed: it will be accepted but never greeted while a is paused. The
 // Subscribe's outcome arrives on the returned channel. a resumes before
 // the rig's cleanup, or when the test calls the returned function.
-func frozenDial(t *testing.T, r *rig, a *redistest.Server, x string) (<-chan error, func()) {
+func frozenDial(t *testing.T, r *rig, a *redistest.Server, x string, d time.Duration) (<-chan error, func()) {
 	t.Helper()
 	r.pin(x, a)
 	signal := make(chan struct{})
@@ -348,7 +348,7 @@ func frozenDial(t *testing.T, r *rig, a *redistest.Server, x string) (<-chan err
 	a.Pause()
 	resume := sync.OnceFunc(a.Resume)
 	t.Cleanup(resume)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
 	go func() {
@@ -383,7 +383,7 @@ func TestClusterSubscribeDoesNotBlockHub(t *testing.T) {
 	x := channelsOn(r.cl, a, 1, "frozen:x")[0]
 	z := channelsOn(r.cl, b, 1, "frozen:z")[0]
 	r.pin(z, b)
-	frozen, resume := frozenDial(t, r, a, x)
+	frozen, resume := frozenDial(t, r, a, x, time.Minute)
 
 	other := make(chan error, 1)
 	go func() {
@@ -428,7 +428,7 @@ func TestClusterCloseDoesNotWaitForAFrozenDial(t *testing.T) {
 	r := newRig(t, redis.Options{ReadTimeout: 10 * time.Second})
 	a, _ := twoMasters(t, r.cl)
 	x := channelsOn(r.cl, a, 1, "frozen:close")[0]
-	frozen, resume := frozenDial(t, r, a, x)
+	frozen, resume := frozenDial(t, r, a, x, time.Minute)
 
 	closed := make(chan struct{})
 	go func() {
@@ -531,4 +531,63 @@ func TestClusterLastLeaveDoesNotBlockHub(t *testing.T) {
 		t.Fatal("the last waiter's Close waited for a dial")
 	}
 	r.subscribe(t, z) // the hub goes on
+}
+
+// TestClusterFailedSendRetriedByJoiner: a Subscribe of a channel whose
+// first Subscribe is still sending waits for it; when that send fails (its
+// ctx ended while its dial was held), the second one sends again with its
+// own ctx instead of waiting for ever, and is confirmed.
+func TestClusterFailedSendRetriedByJoiner(t *testing.T) {
+	r := newRig(t, redis.Options{})
+	a, _ := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "joiner:x")[0]
+	r.pin(x, a)
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	r.mu.Lock()
+	r.hold[a.Addr()] = hold
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(ctx, x)
+		if err == nil {
+			w.Close(false)
+		}
+		first <- err
+	}()
+	select {
+	case <-r.dialing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not dial the master within 10s")
+	}
+	second := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(context.Background(), x)
+		if err == nil {
+			select {
+			case <-w.Ready():
+			case <-time.After(10 * time.Second):
+				err = errors.New("not confirmed within 10s")
+			}
+			w.Close(false)
+		}
+		second <- err
+	}()
+	<-ctx.Done()
+	release() // the first dial goes on with its ctx ended, and fails
+	if err := <-first; err == nil {
+		t.Fatal("the first Subscribe succeeded after its ctx ended")
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("the second Subscribe: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second Subscribe waited for the failed one's send")
+	}
 }
