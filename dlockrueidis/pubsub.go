@@ -10,10 +10,11 @@ package dlockrueidis
 //
 // Like go-redis's PubSub, (un)subscribing only queues the command: a writer
 // goroutine of the connection sends it, and the confirmation arrives
-// through the hooks. The hub calls Subscribe and Unsubscribe under its
-// mutex, and rueidis's Do would wait there a round trip, or, for a new
-// connection, for a free connection of the blocking pool it shares with
-// the application's BLPOPs. Only the reader waits for a connection.
+// through the hooks. The hub calls Unsubscribe under its mutex, and
+// Subscribe while other Subscribes of the channel wait for it; rueidis's
+// Do would wait there a round trip, or, for a new connection, for a free
+// connection of the blocking pool it shares with the application's
+// BLPOPs. Only the reader waits for a connection.
 
 import (
 	"context"

@@ -2,6 +2,8 @@ package dlockrueidis
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -82,4 +84,48 @@ func TestResubscribeSurvivesEndedSubscribe(t *testing.T) {
 		return slices.Contains(got, "after")
 	})
 	w.Close(true)
+}
+
+// TestHubCloseLeavesAFrozenDial: on rueidis the hub's Close does not wait
+// for a pub/sub connection being dialed to a server that does not answer
+// (paused: TCP is accepted, the handshake is never answered, and rueidis
+// keeps only its Dialer.Timeout there). conn dedicates the connection on a
+// goroutine of its own, which Close abandons; the (S)SUBSCRIBEs only queue.
+func TestHubCloseLeavesAFrozenDial(t *testing.T) {
+	srv := redistest.NewServer(t)
+	dialing := make(chan struct{}, 16)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  []string{srv.Addr()},
+		DisableCache: true,
+		DialCtxFn: func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			select {
+			case dialing <- struct{}{}:
+			default:
+			}
+			return d.DialContext(ctx, "tcp", addr)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	<-dialing // the client's own connection
+	hub := pubsub.New(func(context.Context) pubsub.Conn { return newConn(rc) })
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	if _, err := hub.Subscribe(context.Background(), "frozen"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dialing: // the hub's reader dials its connection
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not dial its connection within 10s")
+	}
+	start := time.Now()
+	if err := hub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Close took %v while a dial was pending", took.Round(time.Millisecond))
+	}
 }

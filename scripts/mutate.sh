@@ -1442,6 +1442,48 @@ m "hub: rehome dials under the mutex" internal/pubsub/hub.go \
 		}
 	}' \
   ./internal/pubsub '^(TestClusterRehomeDoesNotBlockHub)$'
+# A Subscribe sends its (S)SUBSCRIBE, and dials a new connection, after
+# the hub's mutex is released: a node that does not answer must not hold
+# up the Subscribes of other nodes' channels.
+m "hub: Subscribe dials under the mutex" internal/pubsub/hub.go \
+  '	err := h.subscribe(ctx, j.s.ps, j.w.name)
+	h.mu.Lock()' \
+  '	h.mu.Lock()
+	err := h.subscribe(ctx, j.s.ps, j.w.name)' \
+  ./internal/pubsub '^(TestClusterSubscribeDoesNotBlockHub)$'
+# Subscribes that joined a channel whose send failed try again: they
+# must not wait for a confirmation that will never come.
+m "hub: a failed send leaves its joiners waiting" internal/pubsub/hub.go \
+  '	close(j.ch.sent)
+	if err == nil && h.closed {' \
+  '	if err == nil {
+		close(j.ch.sent)
+	}
+	if err == nil && h.closed {' \
+  ./internal/pubsub '^(TestClusterFailedSendRetriedByJoiner)$'
+# A refused SSUBSCRIBE is never confirmed: its in-flight count must go,
+# or the channel's next subscription is never ready.
+m "hub: a refusal keeps the in-flight counts" internal/pubsub/hub.go \
+  '			h.refused(s)
+' \
+  '' \
+  ./internal/pubsub '^(TestClusterRefusalLeavesNoCount)$'
+# Close closes the connections off the mutex and waits for them a
+# bounded time: go-redis's Close waits for a dial to a frozen node.
+m "hub: Close waits for every connection to close" internal/pubsub/hub.go \
+  'go func() { closed <- s.closeConn() }()' \
+  'closed <- s.closeConn()' \
+  ./internal/pubsub '^(TestClusterCloseDoesNotWaitForAFrozenDial)$'
+# A connection taken out of the hub is closed off the mutex: go-redis's
+# Close waits for a dial in progress on it.
+m "hub: a retired connection closed under the mutex" internal/pubsub/hub.go \
+  '	go func() {
+		defer h.done.Done()
+		_ = s.closeConn()' \
+  '	func() {
+		defer h.done.Done()
+		_ = s.closeConn()' \
+  ./internal/pubsub '^(TestClusterLastLeaveDoesNotBlockHub)$'
 # A classic hub's reopened connection subscribes the channels that still
 # have waiters after its pause, not those it had before.
 m "hub: reopen subscribes channels whose waiters left" internal/pubsub/hub.go \

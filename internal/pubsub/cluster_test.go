@@ -323,3 +323,271 @@ func TestClusterRehomeDoesNotBlockHub(t *testing.T) {
 		t.Fatalf("%s: the resubscribed channel missed its message", x)
 	}
 }
+
+// pin routes ch to m without asking the cluster (until the next Refresh),
+// so that routing does not wait for a node that does not answer.
+func (r *rig) pin(ch string, m *redistest.Server) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wrong[int(layout.Slot(ch))] = m.Addr()
+}
+
+// frozenDial has r's hub subscribe to a channel on master a, which is
+// paused, with a ctx of timeout d, and returns once the new connection is being
+// dialed: it will be accepted but never greeted while a is paused. The
+// Subscribe's outcome arrives on the returned channel. a resumes before
+// the rig's cleanup, or when the test calls the returned function.
+func frozenDial(t *testing.T, r *rig, a *redistest.Server, x string, d time.Duration) (<-chan error, func()) {
+	t.Helper()
+	r.pin(x, a)
+	signal := make(chan struct{})
+	close(signal) // the dial signals r.dialing and goes on
+	r.mu.Lock()
+	r.hold[a.Addr()] = signal
+	r.mu.Unlock()
+	a.Pause()
+	resume := sync.OnceFunc(a.Resume)
+	t.Cleanup(resume)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(ctx, x)
+		if err == nil {
+			select {
+			case <-w.Ready():
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+			w.Close(false)
+		}
+		done <- err
+	}()
+	select {
+	case <-r.dialing:
+	case <-time.After(10 * time.Second):
+		resume()
+		t.Fatal("the hub did not dial the paused master within 10s")
+	}
+	return done, resume
+}
+
+// TestClusterSubscribeDoesNotBlockHub: while a Subscribe dials a new
+// connection to a master that does not answer (paused: TCP is accepted,
+// the handshake never answered), a Subscribe on another master's channel
+// is confirmed at once: the dial and the SSUBSCRIBE are not made under
+// the hub's mutex. The first one completes once the master resumes.
+func TestClusterSubscribeDoesNotBlockHub(t *testing.T) {
+	r := newRig(t, redis.Options{ReadTimeout: 10 * time.Second})
+	a, b := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "frozen:x")[0]
+	z := channelsOn(r.cl, b, 1, "frozen:z")[0]
+	r.pin(z, b)
+	frozen, resume := frozenDial(t, r, a, x, time.Minute)
+
+	other := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(context.Background(), z)
+		if err == nil {
+			select {
+			case <-w.Ready():
+			case <-time.After(10 * time.Second):
+				err = errors.New("not confirmed within 10s")
+			}
+			w.Close(false)
+		}
+		other <- err
+	}()
+	// Within a second: the cluster fails a paused master over after 2s.
+	select {
+	case err := <-other:
+		resume()
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Second):
+		resume()
+		<-other
+		t.Fatal("Subscribe on another master waited for a dial to a paused one")
+	}
+	select {
+	case err := <-frozen:
+		if err != nil {
+			t.Fatalf("the Subscribe on the resumed master: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Subscribe on the resumed master was not confirmed within 10s")
+	}
+}
+
+// TestClusterCloseDoesNotWaitForAFrozenDial: Close returns at once while
+// a Subscribe dials a master that does not answer. go-redis keeps only a
+// ctx's deadline while it dials, and closing its PubSub waits for the
+// dial: Close leaves it to go-redis's timeout.
+func TestClusterCloseDoesNotWaitForAFrozenDial(t *testing.T) {
+	r := newRig(t, redis.Options{ReadTimeout: 10 * time.Second})
+	a, _ := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "frozen:close")[0]
+	frozen, resume := frozenDial(t, r, a, x, time.Minute)
+
+	closed := make(chan struct{})
+	go func() {
+		_ = r.h.Close()
+		close(closed)
+	}()
+	// Within a second: the cluster fails a paused master over after 2s.
+	select {
+	case <-closed:
+		resume()
+	case <-time.After(time.Second):
+		resume()
+		<-closed
+		t.Fatal("Close waited for a dial to a paused master")
+	}
+	select {
+	case err := <-frozen:
+		if err == nil {
+			t.Fatal("a Subscribe that Close overtook succeeded")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the pending Subscribe did not return within 15s of Close")
+	}
+}
+
+// TestClusterRefusalLeavesNoCount: a refused SSUBSCRIBE (NOPERM) is never
+// confirmed, so it must not stay counted as in flight: once the ACL allows
+// the channel, its next subscription would take its own confirmation for
+// the refused one's and never be ready.
+func TestClusterRefusalLeavesNoCount(t *testing.T) {
+	cl := sharedCluster(t)
+	ctx := context.Background()
+	acl := func(rules ...any) {
+		t.Helper()
+		for _, n := range cl.Nodes() {
+			if _, err := n.Do(ctx, append([]any{"ACL", "SETUSER", "hubcount"}, rules...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	acl("on", ">pw", "~*", "resetchannels", "&allowed:*", "+@all")
+	t.Cleanup(func() {
+		for _, n := range cl.Nodes() {
+			_, _ = n.Do(ctx, "ACL", "DELUSER", "hubcount")
+		}
+	})
+	r := newRig(t, redis.Options{Username: "hubcount", Password: "pw"})
+	a, _ := twoMasters(t, r.cl)
+	r.subscribe(t, channelsOn(cl, a, 1, "allowed:")[0]) // keeps the connection
+	denied := channelsOn(cl, a, 1, "denied:")[0]
+	w, err := r.h.Subscribe(ctx, denied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.refused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refusal was not reported within 10s")
+	}
+	w.Close(false)
+
+	acl("&denied:*")
+	r.subscribe(t, denied) // fails unless confirmed within 10s
+}
+
+// TestClusterLastLeaveDoesNotBlockHub: the last waiter of a connection
+// that rehome is dialing to a node that does not answer leaves at once,
+// and the hub goes on: the connection is closed off the hub's mutex, as
+// go-redis's PubSub.Close waits for the dial.
+func TestClusterLastLeaveDoesNotBlockHub(t *testing.T) {
+	r := newRig(t, redis.Options{})
+	a, b := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "leave:x")[0]
+	z := channelsOn(r.cl, b, 1, "leave:z")[0]
+	wx := r.subscribe(t, x)
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the waiters' cleanups, which need the hub
+	r.mu.Lock()
+	r.hold[a.Addr()] = hold
+	r.mu.Unlock()
+	if _, err := a.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.dialing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not dial the master again within 10s")
+	}
+	left := make(chan struct{})
+	go func() {
+		wx.Close(false) // the last channel of the connection being dialed
+		close(left)
+	}()
+	select {
+	case <-left:
+	case <-time.After(time.Second):
+		release()
+		<-left
+		t.Fatal("the last waiter's Close waited for a dial")
+	}
+	r.subscribe(t, z) // the hub goes on
+}
+
+// TestClusterFailedSendRetriedByJoiner: a Subscribe of a channel whose
+// first Subscribe is still sending waits for it; when that send fails (its
+// ctx ended while its dial was held), the second one sends again with its
+// own ctx instead of waiting for ever, and is confirmed.
+func TestClusterFailedSendRetriedByJoiner(t *testing.T) {
+	r := newRig(t, redis.Options{})
+	a, _ := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "joiner:x")[0]
+	r.pin(x, a)
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	r.mu.Lock()
+	r.hold[a.Addr()] = hold
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(ctx, x)
+		if err == nil {
+			w.Close(false)
+		}
+		first <- err
+	}()
+	select {
+	case <-r.dialing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not dial the master within 10s")
+	}
+	second := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(context.Background(), x)
+		if err == nil {
+			select {
+			case <-w.Ready():
+			case <-time.After(10 * time.Second):
+				err = errors.New("not confirmed within 10s")
+			}
+			w.Close(false)
+		}
+		second <- err
+	}()
+	<-ctx.Done()
+	release() // the first dial goes on with its ctx ended, and fails
+	if err := <-first; err == nil {
+		t.Fatal("the first Subscribe succeeded after its ctx ended")
+	}
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatalf("the second Subscribe: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second Subscribe waited for the failed one's send")
+	}
+}

@@ -38,7 +38,10 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +66,13 @@ const (
 	healthInterval = 2 * time.Second
 	// maxBackoff bounds the pause between attempts to reach a shard again.
 	maxBackoff = 250 * time.Millisecond
+	// closeWait bounds how long Close waits for the connections to close
+	// and for the hub's goroutines to end. go-redis keeps only a ctx's
+	// deadline, not its cancellation, while it dials and greets a node,
+	// and closing a PubSub waits for a dial in progress: a node that
+	// does not answer would hold Close until go-redis's own timeouts
+	// (DialTimeout, ReadTimeout), which still end what Close left.
+	closeWait = 100 * time.Millisecond
 )
 
 // Conn is one subscription connection as the hub uses it: a go-redis
@@ -133,6 +143,14 @@ type shard struct {
 	ps   Conn
 	stop context.CancelFunc // ends the reader
 
+	// started is set when the reader starts. Until then the connection
+	// is being opened by whoever created it (a Subscribe or rehome),
+	// and other Subscribes wait for opened, closed once the reader
+	// starts or the shard is closed, rather than send on it meanwhile.
+	started  bool
+	opened   chan struct{}
+	openOnce sync.Once
+
 	// inflight counts (S)SUBSCRIBE commands sent on this connection whose
 	// confirmation has not arrived yet, per channel.
 	inflight map[string]int
@@ -145,9 +163,13 @@ type shard struct {
 type channel struct {
 	// shard is the connection the channel is subscribed on; nil while a
 	// sharded hub moves it to another (rehome).
-	shard   *shard
-	ready   chan struct{} // closed once the subscription is confirmed
-	waiters []*Waiter     // FIFO: unlock messages go to the longest waiter
+	shard *shard
+	ready chan struct{} // closed once the subscription is confirmed
+	// sent is closed once the Subscribe that created the channel has sent
+	// its (S)SUBSCRIBE, or failed to: other Subscribes of the channel
+	// wait for it, then join the channel or, if it is gone, try again.
+	sent    chan struct{}
+	waiters []*Waiter // FIFO: unlock messages go to the longest waiter
 	// moved is set when the channel was subscribed again on a new
 	// connection: its confirmation must wake every waiter.
 	moved bool
@@ -205,45 +227,126 @@ func newHub(open func(ctx context.Context, node string) Conn, sharded bool, r Ro
 // sent before it returns; Ready is closed when Redis has confirmed it, after
 // which no message on the channel can be missed while the connection stays
 // up.
+//
+// The (S)SUBSCRIBE, and the dial of a new connection, are sent without the
+// hub's mutex: a node that does not answer holds up only the Subscribes of
+// channels on its connection, which wait for the connection to open (or
+// their ctx to end). Concurrent Subscribes of one channel share one
+// command: the others wait until it was sent, then join the channel or, if
+// sending failed, try again themselves. A failed send returns its error to
+// its caller and leaves no channel, connection or count behind. Close wakes
+// every caller waiting for another's send.
 func (h *Hub) Subscribe(ctx context.Context, name string) (*Waiter, error) {
-	key := h.nodeOf(ctx, name)
+	for {
+		key := h.nodeOf(ctx, name)
+		h.mu.Lock()
+		j, err := h.join(ctx, key, name)
+		h.mu.Unlock()
+		switch {
+		case err != nil:
+			return nil, err
+		case j.wait != nil:
+			if err := h.await(ctx, j.wait); err != nil {
+				return nil, err
+			}
+		case j.ch == nil:
+			return j.w, nil
+		default:
+			return h.send(ctx, j)
+		}
+	}
+}
+
+// joined is what join did: it registered w on a channel already sent, or
+// placed a new channel ch on s with w as its first waiter, for the caller
+// to send, or found a send or a dial in progress to wait for.
+type joined struct {
+	w    *Waiter
+	ch   *channel
+	s    *shard
+	wait <-chan struct{}
+}
+
+// join registers a waiter on name, whose connection is key's, or says what
+// to wait for first; h.mu must be held.
+func (h *Hub) join(ctx context.Context, key, name string) (joined, error) {
+	if h.closed {
+		return joined{}, ErrClosed
+	}
+	if ch := h.channels[name]; ch != nil {
+		if !isClosed(ch.sent) {
+			return joined{wait: ch.sent}, nil
+		}
+		return joined{w: ch.add(h, name)}, nil
+	}
+	s := h.shards[key]
+	if s == nil {
+		s = h.newShard(ctx, key)
+		h.shards[key] = s
+	} else if !isClosed(s.opened) {
+		return joined{wait: s.opened}, nil
+	}
+	ch := &channel{shard: s, ready: make(chan struct{}), sent: make(chan struct{})}
+	h.channels[name] = ch
+	s.channels++
+	s.inflight[name]++
+	return joined{w: ch.add(h, name), ch: ch, s: s}, nil
+}
+
+// await waits, without h.mu, for a send or dial in progress to end, or for
+// the hub to close; the caller then tries again.
+func (h *Hub) await(ctx context.Context, gate <-chan struct{}) error {
+	select {
+	case <-gate:
+		return nil
+	case <-h.life.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pubsub: waiting for a subscription in progress: %w", ctx.Err())
+	}
+}
+
+// send sends the (S)SUBSCRIBE of the channel join placed, without h.mu,
+// then lets the Subscribes waiting for it go on. Sent, the waiter is
+// returned and the connection's reader starts if it has not (the reader
+// starts only now: a go-redis cluster PubSub picks its node by the
+// channels it has when it first connects). If sending failed, or the hub
+// closed meanwhile, the waiter leaves as Close(true) would, and the caller
+// gets the error.
+func (h *Hub) send(ctx context.Context, j joined) (*Waiter, error) {
+	err := h.subscribe(ctx, j.s.ps, j.w.name)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
-		return nil, ErrClosed
+	close(j.ch.sent)
+	if err == nil && h.closed {
+		err = ErrClosed
 	}
-	ch := h.channels[name]
-	if ch == nil {
-		s := h.shards[key]
-		fresh := s == nil
-		if fresh {
-			s = h.newShard(ctx, key)
-		}
-		s.inflight[name]++
-		if err := h.subscribe(ctx, s.ps, name); err != nil {
-			h.settle(s, name)
-			if fresh {
-				_ = s.close()
-			} else {
-				// go-redis keeps the channel even when the command
-				// failed, and would subscribe it after a reconnect.
-				_ = h.unsubscribe(context.WithoutCancel(ctx), s.ps, name)
-			}
-			return nil, err
-		}
-		if fresh {
-			// The reader starts only now: a go-redis cluster PubSub picks
-			// its node by the channels it has when it first connects.
-			h.shards[key] = s
-			h.start(s)
-		}
-		ch = &channel{shard: s, ready: make(chan struct{})}
-		s.channels++
-		h.channels[name] = ch
+	if err != nil {
+		h.settle(j.s, j.w.name)
+		h.leave(j.w, true)
+		return nil, err
 	}
+	if !j.s.started && h.shards[j.s.key] == j.s {
+		h.start(j.s)
+	}
+	return j.w, nil
+}
+
+// add registers a new waiter on ch, the channel named name; h.mu must be
+// held.
+func (ch *channel) add(h *Hub, name string) *Waiter {
 	w := &Waiter{hub: h, name: name, ready: ch.ready, wake: make(chan struct{}, 1)}
 	ch.waiters = append(ch.waiters, w)
-	return w, nil
+	return w
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // Listen registers a listener on the named channel: a waiter that also
@@ -311,6 +414,11 @@ func (w *Waiter) Close(consumed bool) {
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.leave(w, consumed)
+}
+
+// leave is Waiter.Close with h.mu held.
+func (h *Hub) leave(w *Waiter, consumed bool) {
 	ch := h.channels[w.name]
 	if ch == nil {
 		return
@@ -328,10 +436,18 @@ func (w *Waiter) Close(consumed bool) {
 		}
 	default:
 	}
-	if len(ch.waiters) > 0 {
-		return
+	if len(ch.waiters) == 0 {
+		h.drop(w.name, ch)
 	}
-	delete(h.channels, w.name)
+}
+
+// drop forgets a channel whose last waiter left; h.mu must be held. The
+// last channel of a sharded connection, or of one not started yet, closes
+// it. Otherwise the channel is unsubscribed, unless the connection is not
+// started: its opener may be dialing with go-redis's PubSub mutex held,
+// and the channel, if go-redis subscribes it, is ignored.
+func (h *Hub) drop(name string, ch *channel) {
+	delete(h.channels, name)
 	s := ch.shard
 	if s == nil {
 		return // being moved: rehome skips a channel gone meanwhile
@@ -340,14 +456,16 @@ func (w *Waiter) Close(consumed bool) {
 	if h.closed || h.shards[s.key] != s {
 		return
 	}
-	if h.sharded && s.channels == 0 {
-		delete(h.shards, s.key)
-		s.close()
+	if s.channels == 0 && (h.sharded || !s.started) {
+		h.retire(s)
+		return
+	}
+	if !s.started {
 		return
 	}
 	// The reply is read by the reader; an error here means the connection
 	// is down, and go-redis forgets the channel too.
-	_ = h.unsubscribe(context.Background(), s.ps, w.name)
+	_ = h.unsubscribe(context.Background(), s.ps, name)
 }
 
 // Waiters reports how many waiters the hub has on a channel (for tests).
@@ -368,7 +486,10 @@ func (h *Hub) Connections() int {
 	return len(h.shards)
 }
 
-// Close closes every connection and wakes every waiter.
+// Close closes every connection and wakes every waiter. It waits for the
+// connections to close and the hub's goroutines to end for at most
+// closeWait: one dialing a node that does not answer ends later, at the
+// dial's timeout, and does nothing then.
 func (h *Hub) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -380,13 +501,43 @@ func (h *Hub) Close() error {
 	for _, ch := range h.channels {
 		ch.wakeAll()
 	}
-	var errs []error
-	for _, s := range h.shards {
-		errs = append(errs, s.close())
+	shards := slices.Collect(maps.Values(h.shards))
+	for _, s := range shards {
+		s.halt()
 	}
 	h.shards = map[string]*shard{}
 	h.mu.Unlock()
-	h.done.Wait()
+	return h.finish(shards)
+}
+
+// finish closes the connections of a closed hub, each on its own goroutine
+// (go-redis's Close waits for a dial in progress), and waits for them and
+// for the hub's goroutines until closeWait has passed.
+func (h *Hub) finish(shards []*shard) error {
+	closed := make(chan error, len(shards))
+	for _, s := range shards {
+		go func() { closed <- s.closeConn() }()
+	}
+	ended := make(chan struct{})
+	go func() {
+		h.done.Wait()
+		close(ended)
+	}()
+	timeout := time.NewTimer(closeWait)
+	defer timeout.Stop()
+	var errs []error
+	for range shards {
+		select {
+		case err := <-closed:
+			errs = append(errs, err)
+		case <-timeout.C:
+			return errors.Join(errs...)
+		}
+	}
+	select {
+	case <-ended:
+	case <-timeout.C:
+	}
 	return errors.Join(errs...)
 }
 
@@ -400,22 +551,56 @@ func (h *Hub) nodeOf(ctx context.Context, name string) string {
 
 // newShard returns a shard with a new PubSub; it is not started.
 func (h *Hub) newShard(ctx context.Context, key string) *shard {
-	return &shard{key: key, ps: h.open(context.WithoutCancel(ctx), key), inflight: map[string]int{}}
+	return &shard{
+		key: key, ps: h.open(context.WithoutCancel(ctx), key),
+		inflight: map[string]int{}, opened: make(chan struct{}),
+	}
 }
 
-// start runs the shard's reader. h.mu must be held.
+// start runs the shard's reader and lets other Subscribes use the shard;
+// h.mu must be held.
 func (h *Hub) start(s *shard) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
+	s.started = true
+	s.release()
 	h.done.Add(1)
 	go h.run(ctx, s)
 }
 
-// close stops the reader and closes the connection.
-func (s *shard) close() error {
+// release lets the Subscribes waiting for s to open go on.
+func (s *shard) release() {
+	s.openOnce.Do(func() { close(s.opened) })
+}
+
+// retire takes s out of the hub, stops its reader and closes its
+// connection on a goroutine of its own, which Close waits for as it waits
+// for the others; h.mu must be held and the hub not closed. go-redis's
+// PubSub.Close waits for a dial in progress on it (a rehome's SSUBSCRIBE
+// to a node that does not answer, a reconnect in the reader's
+// ReceiveTimeout), which must not hold up the hub.
+func (h *Hub) retire(s *shard) {
+	delete(h.shards, s.key)
+	s.halt()
+	h.done.Add(1)
+	go func() {
+		defer h.done.Done()
+		_ = s.closeConn()
+	}()
+}
+
+// halt stops the reader and releases the Subscribes waiting for s; h.mu
+// must be held.
+func (s *shard) halt() {
 	if s.stop != nil {
 		s.stop()
 	}
+	s.release()
+}
+
+// closeConn closes the connection; redis.ErrClosed, for one closed
+// already, is no error.
+func (s *shard) closeConn() error {
 	err := s.ps.Close()
 	if errors.Is(err, redis.ErrClosed) {
 		return nil
@@ -464,6 +649,7 @@ func (h *Hub) run(ctx context.Context, s *shard) {
 				h.moveSlot(s, slot)
 				continue
 			}
+			h.refused(s)
 			if h.OnError != nil {
 				h.OnError(err)
 			}
@@ -609,8 +795,7 @@ func (h *Hub) moveSlot(s *shard, slot int) {
 func (h *Hub) moveSlotLocked(s *shard, slot, retries int) {
 	moved := h.detach(s, func(n string) bool { return h.route.Slot(n) == slot })
 	if s.channels == 0 {
-		_ = s.close()
-		delete(h.shards, s.key)
+		h.retire(s)
 	}
 	h.rehomeLater(moved, retries)
 }
@@ -622,6 +807,20 @@ func (h *Hub) moveSlotLocked(s *shard, slot, retries int) {
 // would outlive its channel, and the next subscription of that channel
 // would take its own confirmation for an older one's and never be ready.
 func (h *Hub) lost(s *shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(s.inflight)
+}
+
+// refused forgets the (S)SUBSCRIBE commands in flight on s when one of
+// them was refused (NOPERM): the error reply does not say which (Redis 7.0
+// names no channel), and the refused channels' confirmations will never
+// come. Kept, a refused channel's count would outlive it, and its next
+// subscription would take its own confirmation for the refused one's and
+// never be ready. The commands still on their way are answered as lost()
+// says: their confirmation, no longer "ours", makes the channel ready and
+// wakes its waiters once more than needed.
+func (h *Hub) refused(s *shard) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	clear(s.inflight)
@@ -645,8 +844,7 @@ func (h *Hub) reopenLocked(s *shard) {
 	if h.closed || h.shards[s.key] != s {
 		return
 	}
-	_ = s.close()
-	delete(h.shards, s.key)
+	h.retire(s)
 	if s.channels == 0 {
 		return // the next Subscribe opens a new connection
 	}
@@ -658,6 +856,9 @@ func (h *Hub) reopenLocked(s *shard) {
 	ns := h.newShard(h.life, s.key)
 	ns.channels = s.channels
 	ns.retries = retries
+	// Subscribes may send on ns before its reader starts: a classic
+	// PubSub connects to the one server whatever it subscribes first.
+	ns.release()
 	for _, ch := range h.channels {
 		if ch.shard == s {
 			ch.shard, ch.moved = ns, true
@@ -675,7 +876,7 @@ func (h *Hub) reopenLocked(s *shard) {
 			}
 		}
 		h.mu.Lock()
-		if h.shards[ns.key] == ns {
+		if h.shards[ns.key] == ns && !ns.started {
 			h.start(ns)
 		}
 		h.mu.Unlock()
@@ -739,8 +940,7 @@ func (h *Hub) rehomeLater(names []string, retries int) {
 // placement is the channels rehome subscribes on one connection, one
 // SSUBSCRIBE per slot.
 type placement struct {
-	s     *shard
-	fresh bool // s is new: its reader starts after the SSUBSCRIBEs
+	s     *shard // its reader starts, if it has not, once they are sent
 	slots [][]string
 	err   error
 }
@@ -773,7 +973,7 @@ func (h *Hub) rehome(nodes map[string]string, retries int) {
 		if p.err != nil {
 			h.reconnecting(p.err)
 			h.reopenLocked(p.s)
-		} else if p.fresh {
+		} else if !p.s.started {
 			h.start(p.s)
 		}
 	}
@@ -799,7 +999,7 @@ func (h *Hub) place(nodes map[string]string, retries int) []*placement {
 	var plan []*placement
 	for node, slots := range bySlot {
 		p := &placement{s: h.shards[node]}
-		if p.fresh = p.s == nil; p.fresh {
+		if p.s == nil {
 			p.s = h.newShard(h.life, node)
 			p.s.retries = retries
 			h.shards[node] = p.s
