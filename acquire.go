@@ -193,6 +193,14 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 	if hd != nil {
 		done = hd.unlockOp
 	}
+	if ctxDone(ctx) {
+		// Nothing is sent for a caller that has given up: an attempt
+		// handed to another goroutine (sendAside, sendLeaving) can have
+		// its reply before the caller looks at ctx, and would take the
+		// lock for it.
+		done()
+		return false, attemptResult{}, h.gaveUp(ctx, req, w.last)
+	}
 	start := time.Now()
 	var res attemptResult
 	left := false

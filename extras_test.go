@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +91,90 @@ func TestWaitOnOwnHoldSaysSo(t *testing.T) {
 		if _, err := l.Lock(held); !errors.Is(err, ErrUnlocked) || !errors.Is(err, context.Canceled) {
 			t.Errorf("%T: Lock with an unlocked lock context: %v, want context.Canceled and ErrUnlocked", l, err)
 		}
+	}
+}
+
+// endedMark marks the ctx of a call made with an ended ctx; an attempt
+// handed to another goroutine keeps ctx's values (context.WithoutCancel).
+type endedMark struct{}
+
+// markedSends is a go-redis hook that counts the commands whose ctx
+// carries endedMark.
+type markedSends struct{ n atomic.Int32 }
+
+func (m *markedSends) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (m *markedSends) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(endedMark{}) != nil {
+			m.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (m *markedSends) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if ctx.Value(endedMark{}) != nil {
+			m.n.Add(int32(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestLockWithEndedCtxMakesNoAttempt: a Lock or TryLock whose ctx has ended
+// before it starts fails with ctx's error and sends no attempt. An attempt
+// handed to another goroutine could have its reply before the caller
+// looked at ctx and take the lock for a caller that has given up (seen as
+// TestWaitOnOwnHoldSaysSo's Lock with an unlocked lock context succeeding
+// on a loaded machine).
+func TestLockWithEndedCtxMakesNoAttempt(t *testing.T) {
+	rdb := newRedis(t)
+	sends := new(markedSends)
+	rdb.AddHook(sends)
+	c := newClient(t, rdb)
+	name := lockName(t)
+	ps := mustPermitSemaphore(t, c, name+":permits")
+	if _, err := ps.TrySetPermits(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	rw := mustRW(t, c, name+":rw")
+	type call struct {
+		what   string
+		f      func(context.Context) (context.Context, error)
+		unlock func(context.Context) error
+	}
+	var calls []call
+	for _, l := range []Locker{mustMutex(t, c, name), mustFair(t, c, name+":fair"), mustSpinLock(t, c, name+":spin"), rw.ReadLock(), rw.WriteLock()} {
+		calls = append(calls, call{fmt.Sprintf("%T.Lock", l), l.Lock, l.Unlock}, call{fmt.Sprintf("%T.TryLock", l), l.TryLock, l.Unlock})
+	}
+	calls = append(calls, call{"PermitSemaphore.Acquire", ps.Acquire, ps.Release}, call{"PermitSemaphore.TryAcquire", ps.TryAcquire, ps.Release})
+	marked := context.WithValue(context.Background(), endedMark{}, true)
+	cancelled, cancel := context.WithCancel(marked)
+	cancel()
+	expired, cancel := context.WithDeadline(marked, time.Now().Add(-time.Second))
+	defer cancel()
+	for _, ended := range []context.Context{cancelled, expired} {
+		for _, cl := range calls {
+			for range 20 {
+				if _, err := cl.f(ended); !errors.Is(err, ErrNotObtained) || !errors.Is(err, ended.Err()) {
+					t.Fatalf("%s with an ended ctx: %v, want ErrNotObtained and %v", cl.what, err, ended.Err())
+				}
+			}
+		}
+	}
+	// An attempt handed to another goroutine is on its way by now; a
+	// round trip on each lock, through the same connections, gives it
+	// time to reach the hook.
+	for _, cl := range calls {
+		lctx, err := cl.f(t.Context())
+		if err != nil {
+			t.Fatalf("%s with a live ctx: %v", cl.what, err)
+		}
+		if err := cl.unlock(lctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := sends.n.Load(); n != 0 {
+		t.Errorf("%d commands sent for attempts whose ctx had ended", n)
 	}
 }
 
