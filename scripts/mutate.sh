@@ -39,6 +39,15 @@ m "release: re-sent -1 read as not held" kind.go \
   'case n < 0 && !resent:' \
   'case n < 0 && !resent || n < 0:' \
   . '^(TestLostReplyIsNotAppliedTwice)$'
+# A Lock whose ctx has ended sends nothing: an attempt handed to another
+# goroutine could have its reply first and take the lock for a caller that
+# gave up.
+m "acquire: a Lock with an ended ctx still attempts" acquire.go \
+  '	if ctxDone(ctx) {
+		// Nothing is sent' \
+  '	if false {
+		// Nothing is sent' \
+  . '^(TestLockWithEndedCtxMakesNoAttempt)$'
 # Every hold ends locally before its lease can run out in Redis: the
 # lease starts there after the request was sent, and the lock context's
 # timer fires late under load (verify/ saw holders writing after the next
