@@ -364,7 +364,10 @@ func TestRWWatchdogRenewsOnlyOwnReadHolds(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
 	noChannelsLeft(t, name)
-	const timeout = 300 * time.Millisecond
+	// The Go reader's lease is slack for a loaded machine (a renewal
+	// late by 2/3 of it loses the hold); the Java reader's 400 ms must run
+	// out while the Go reader holds.
+	const timeout = time.Second
 	c := newClient(t, nil, WithWatchdogTimeout(timeout))
 	rw := mustRW(t, c, name)
 	java := newJVM(t, 400*time.Millisecond).lock(javaReadLock, name)
@@ -423,9 +426,10 @@ func renewals() (Option, <-chan RenewalInfo) {
 // TestRWReadRenewKeepsLongerReaderHold: the watchdog's renewal of a short
 // read hold never shortens the lock hash below another reader's longer
 // hold. Reader A (its own Client) holds with a fixed 10 min lease; reader
-// B's watchdog renews B's hold to 300 ms every 100 ms. After B's renewals
-// the hash must still live about 10 min: a renewal that set it to B's
-// 300 ms would let a writer in (the hash gone) while A still holds.
+// B's watchdog renews B's hold to 1 s every 333 ms (a lease that a
+// loaded machine's late renewal does not lose). After B's renewals the
+// hash must still live about 10 min: a renewal that set it to B's 1 s
+// would let a writer in (the hash gone) while A still holds.
 func TestRWReadRenewKeepsLongerReaderHold(t *testing.T) {
 	ctx := context.Background()
 	name := lockName(t)
@@ -435,16 +439,16 @@ func TestRWReadRenewKeepsLongerReaderHold(t *testing.T) {
 	a := mustRW(t, ca, name, WithLease(long))
 	al := mustLock(t, ctx, a.ReadLock())
 	obs, renewed := renewals()
-	cb := newClient(t, nil, WithWatchdogTimeout(300*time.Millisecond), obs)
+	cb := newClient(t, nil, WithWatchdogTimeout(time.Second), obs)
 	b := mustRW(t, cb, name)
 	bl := mustLock(t, ctx, b.ReadLock())
 	// Two renewals of B's hold after its Lock: each ran the renewal
-	// script with B's 300 ms.
+	// script with B's 1 s.
 	for i := range 2 {
 		recv(t, renewed, 5*time.Second, fmt.Sprintf("renewal %d of the short read hold", i+1))
 	}
 	// A's hold has long-1 min left at the very least (the test takes
-	// seconds); B's renewal is 300 ms.
+	// seconds); B's renewal is 1 s.
 	if d := pttl(t, ca.rdb, name); d < long-time.Minute {
 		t.Errorf("lock PTTL %v after the short reader's renewal, want >= %v: the renewal shortened it below the other reader's hold", d, long-time.Minute)
 	}

@@ -1378,6 +1378,12 @@ m "route: CLUSTER SLOTS read inline, past its caller's cancel" internal/pubsub/c
   '	go func() {' \
   '	func() {' \
   ./dlockrueidis '^(TestRouterLeavesADialThatIgnoresCancel)$'
+# A send that failed because a reopen retired its connection leaves the
+# channel to the hub, which moved it: the Subscribe does not fail.
+m "hub: a send on a retired connection fails its Subscribe" internal/pubsub/hub.go \
+  '	if err != nil && !h.closed && j.ch.shard != j.s && h.channels[j.w.name] == j.ch {' \
+  '	if false {' \
+  ./internal/pubsub '^(TestSendOnARetiredConnectionKeepsTheWaiter)$'
 # Reload waits on its caller's ctx, not on the bounded one it cancels
 # when the reload returns (that would report a reload that returned as
 # left, and the router would read no table).

@@ -312,7 +312,10 @@ func (h *Hub) await(ctx context.Context, gate <-chan struct{}) error {
 // starts only now: a go-redis cluster PubSub picks its node by the
 // channels it has when it first connects). If sending failed, or the hub
 // closed meanwhile, the waiter leaves as Close(true) would, and the caller
-// gets the error.
+// gets the error; unless the hub moved the channel off the connection
+// meanwhile (a reopen retired it, which may be why the send failed): the
+// channel is then the hub's to subscribe again, and its confirmation
+// readies the waiter.
 func (h *Hub) send(ctx context.Context, j joined) (*Waiter, error) {
 	err := h.subscribe(ctx, j.s.ps, j.w.name)
 	h.mu.Lock()
@@ -320,6 +323,9 @@ func (h *Hub) send(ctx context.Context, j joined) (*Waiter, error) {
 	close(j.ch.sent)
 	if err == nil && h.closed {
 		err = ErrClosed
+	}
+	if err != nil && !h.closed && j.ch.shard != j.s && h.channels[j.w.name] == j.ch {
+		return j.w, nil
 	}
 	if err != nil {
 		h.settle(j.s, j.w.name)
@@ -889,6 +895,9 @@ func (h *Hub) reopenLocked(s *shard) {
 func (h *Hub) pending(ns *shard) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
 	var names []string
 	for name, ch := range h.channels {
 		if ch.shard == ns && len(ch.waiters) > 0 {
