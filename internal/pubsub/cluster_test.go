@@ -345,6 +345,14 @@ func frozenDial(t *testing.T, r *rig, a *redistest.Server, x string, d time.Dura
 	r.mu.Lock()
 	r.hold[a.Addr()] = signal
 	r.mu.Unlock()
+	// The cluster is shared: should a stalled run keep a paused past the
+	// cluster's node timeout (2 s), the tests that follow get a healthy
+	// cluster again, failed over.
+	t.Cleanup(func() {
+		if err := r.cl.WaitHealthy(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	a.Pause()
 	resume := sync.OnceFunc(a.Resume)
 	t.Cleanup(resume)
