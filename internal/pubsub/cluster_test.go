@@ -269,15 +269,12 @@ func TestClusterRefusalReported(t *testing.T) {
 	}
 }
 
-// TestClusterRehomeDoesNotBlockHub: while the hub moves a master's
-// channels to a new connection whose dial does not complete (the node
-// does not answer), a Subscribe on another master goes ahead: the dial is
-// not made under the hub's mutex.
-func TestClusterRehomeDoesNotBlockHub(t *testing.T) {
-	r := newRig(t, redis.Options{})
-	a, b := twoMasters(t, r.cl)
-	x := channelsOn(r.cl, a, 1, "rehome:x")[0]
-	z := channelsOn(r.cl, b, 1, "rehome:z")[0]
+// heldRehome subscribes x (on master a), then breaks a's pub/sub
+// connections with every dial to a held, and returns once the hub is
+// dialing a again to move x there, with x's waiter and the function that
+// lets the dial go on (also called at cleanup).
+func (r *rig) heldRehome(t *testing.T, a *redistest.Server, x string) (*Waiter, func()) {
+	t.Helper()
 	wx := r.subscribe(t, x)
 	hold := make(chan struct{})
 	release := sync.OnceFunc(func() { close(hold) })
@@ -293,6 +290,19 @@ func TestClusterRehomeDoesNotBlockHub(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the hub did not dial the master again within 10s")
 	}
+	return wx, release
+}
+
+// TestClusterRehomeDoesNotBlockHub: while the hub moves a master's
+// channels to a new connection whose dial does not complete (the node
+// does not answer), a Subscribe on another master goes ahead: the dial is
+// not made under the hub's mutex.
+func TestClusterRehomeDoesNotBlockHub(t *testing.T) {
+	r := newRig(t, redis.Options{})
+	a, b := twoMasters(t, r.cl)
+	x := channelsOn(r.cl, a, 1, "rehome:x")[0]
+	z := channelsOn(r.cl, b, 1, "rehome:z")[0]
+	wx, release := r.heldRehome(t, a, x)
 	done := make(chan error, 1)
 	go func() {
 		w, err := r.h.Subscribe(context.Background(), z)
@@ -511,21 +521,7 @@ func TestClusterLastLeaveDoesNotBlockHub(t *testing.T) {
 	a, b := twoMasters(t, r.cl)
 	x := channelsOn(r.cl, a, 1, "leave:x")[0]
 	z := channelsOn(r.cl, b, 1, "leave:z")[0]
-	wx := r.subscribe(t, x)
-	hold := make(chan struct{})
-	release := sync.OnceFunc(func() { close(hold) })
-	t.Cleanup(release) // before the waiters' cleanups, which need the hub
-	r.mu.Lock()
-	r.hold[a.Addr()] = hold
-	r.mu.Unlock()
-	if _, err := a.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.dialing:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the hub did not dial the master again within 10s")
-	}
+	wx, release := r.heldRehome(t, a, x)
 	left := make(chan struct{})
 	go func() {
 		wx.Close(false) // the last channel of the connection being dialed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -249,24 +250,7 @@ func TestFrozenServerReopens(t *testing.T) {
 	h, rdb := testHub(t, srv)
 	ctx := context.Background()
 	w := subscribe(t, h, "ch")
-	first := h.shard("")
-	srv.Pause()
-	resumed := false
-	defer func() {
-		if !resumed {
-			srv.Resume()
-		}
-	}()
-	// The reader gives up on the frozen connection after two silent
-	// health intervals and opens another, which cannot be set up either.
-	awaitCond(t, 4*healthInterval, func() error {
-		if h.shard("") == first {
-			return errors.New("the frozen connection was not replaced")
-		}
-		return nil
-	})
-	srv.Resume()
-	resumed = true
+	freeze(t, srv, h)()
 	if got := woken(10*time.Second, w); !got[0] {
 		t.Fatal("waiter not woken after the server came back")
 	}
@@ -283,6 +267,25 @@ func TestFrozenServerReopens(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// freeze pauses srv until h has replaced its connection: the reader gives
+// up on a frozen connection after two silent health intervals and opens
+// another, which cannot be set up either. It returns the function that
+// resumes srv, also called at cleanup.
+func freeze(t *testing.T, srv *redistest.Server, h *Hub) (resume func()) {
+	t.Helper()
+	first := h.shard("")
+	srv.Pause()
+	resume = sync.OnceFunc(srv.Resume)
+	t.Cleanup(resume)
+	awaitCond(t, 4*healthInterval, func() error {
+		if h.shard("") == first {
+			return errors.New("the frozen connection was not replaced")
+		}
+		return nil
+	})
+	return resume
 }
 
 // shard returns the hub's current shard for key (for tests).

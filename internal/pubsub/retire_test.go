@@ -2,7 +2,6 @@ package pubsub
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -61,7 +60,6 @@ func TestSendOnARetiredConnectionKeepsTheWaiter(t *testing.T) {
 		_ = rdb.Close()
 	})
 	subscribe(t, h, "a") // the first connection, its reader started
-	first := h.shard("")
 
 	type result struct {
 		w   *Waiter
@@ -77,19 +75,7 @@ func TestSendOnARetiredConnectionKeepsTheWaiter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the SUBSCRIBE of x was not sent")
 	}
-	srv.Pause()
-	resumed := false
-	defer func() {
-		if !resumed {
-			srv.Resume()
-		}
-	}()
-	awaitCond(t, 4*healthInterval, func() error {
-		if h.shard("") == first {
-			return errors.New("the frozen connection was not replaced")
-		}
-		return nil
-	})
+	resume := freeze(t, srv, h)
 	select {
 	case <-held.closed:
 	case <-time.After(5 * time.Second):
@@ -102,8 +88,7 @@ func TestSendOnARetiredConnectionKeepsTheWaiter(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Subscribe of x did not return")
 	}
-	srv.Resume()
-	resumed = true
+	resume()
 	if r.err != nil {
 		t.Fatalf("Subscribe failed although the hub moved its channel: %v", r.err)
 	}
