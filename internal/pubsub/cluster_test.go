@@ -148,6 +148,25 @@ func (r *rig) subscribe(t *testing.T, ch string) *Waiter {
 	return w
 }
 
+// subscribeAsync subscribes to ch on a goroutine and reports, once Redis
+// confirmed it (within 10 s) and the waiter left, nil or what failed.
+func (r *rig) subscribeAsync(ch string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		w, err := r.h.Subscribe(context.Background(), ch)
+		if err == nil {
+			select {
+			case <-w.Ready():
+			case <-time.After(10 * time.Second):
+				err = errors.New("not confirmed within 10s")
+			}
+			w.Close(false)
+		}
+		done <- err
+	}()
+	return done
+}
+
 // channelsOn returns n channels in different slots served by m.
 func channelsOn(cl *redistest.Cluster, m *redistest.Server, n int, prefix string) []string {
 	var chans []string
@@ -403,19 +422,7 @@ func TestClusterSubscribeDoesNotBlockHub(t *testing.T) {
 	r.pin(z, b)
 	frozen, resume := frozenDial(t, r, a, x, time.Minute)
 
-	other := make(chan error, 1)
-	go func() {
-		w, err := r.h.Subscribe(context.Background(), z)
-		if err == nil {
-			select {
-			case <-w.Ready():
-			case <-time.After(10 * time.Second):
-				err = errors.New("not confirmed within 10s")
-			}
-			w.Close(false)
-		}
-		other <- err
-	}()
+	other := r.subscribeAsync(z)
 	// Within a second: the cluster fails a paused master over after 2s.
 	select {
 	case err := <-other:
@@ -568,19 +575,7 @@ func TestClusterFailedSendRetriedByJoiner(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the hub did not dial the master within 10s")
 	}
-	second := make(chan error, 1)
-	go func() {
-		w, err := r.h.Subscribe(context.Background(), x)
-		if err == nil {
-			select {
-			case <-w.Ready():
-			case <-time.After(10 * time.Second):
-				err = errors.New("not confirmed within 10s")
-			}
-			w.Close(false)
-		}
-		second <- err
-	}()
+	second := r.subscribeAsync(x)
 	<-ctx.Done()
 	release() // the first dial goes on with its ctx ended, and fails
 	if err := <-first; err == nil {
