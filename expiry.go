@@ -113,14 +113,19 @@ func (r *registry) arm() {
 // timer's goroutine; two sweeps may overlap and share the work.
 func (r *registry) sweep() {
 	for {
-		lost, more := r.sweepSome(time.Now())
+		lost, more := r.sweepSome(r.now())
 		for _, l := range lost {
-			l.hd.c.ended(l.hd, l.acqs, fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, l.hd.kind.lockName(), l.hd.lease))
+			l.hd.c.ended(l.hd, l.acqs, leaseRanOut(l.hd))
 		}
 		if !more {
 			return
 		}
 	}
+}
+
+// leaseRanOut is why a hold whose local deadline passed was lost.
+func leaseRanOut(hd *hold) error {
+	return fmt.Errorf("%w: %q: lease of %v ran out before it was renewed", ErrLockLost, hd.kind.lockName(), hd.lease)
 }
 
 // sweepSome takes up to sweepBatch holds whose deadline has passed at now

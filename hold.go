@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -149,11 +150,25 @@ func (a *acquisition) cancellation() context.Context {
 // Deadline reports no deadline: a lock context ends with its hold.
 func (a *acquisition) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-// Done is closed when the hold is unlocked or lost.
-func (a *acquisition) Done() <-chan struct{} { return a.cancellation().Done() }
+// Done is closed when the hold is unlocked or lost; at once when the
+// hold's local deadline has passed (overdue).
+func (a *acquisition) Done() <-chan struct{} {
+	a.overdue()
+	return a.cancellation().Done()
+}
 
-// Err is context.Canceled once the hold is unlocked or lost, nil before.
+// Err is context.Canceled once the hold is unlocked or lost, nil before;
+// a hold whose local deadline has passed is lost when Err looks
+// (overdue).
 func (a *acquisition) Err() error {
+	if err := a.err(); err != nil || !a.overdue() {
+		return err
+	}
+	return a.err()
+}
+
+// err is Err as the lock context stands, without looking at the clock.
+func (a *acquisition) err() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -163,6 +178,18 @@ func (a *acquisition) Err() error {
 		return context.Canceled
 	}
 	return nil
+}
+
+// overdue ends a's hold, as lost, when its local deadline has passed but
+// the deadline queue's timer has not ended it yet, and reports whether it
+// did: a process resumed after a pause past its lease (SIGSTOP, a frozen
+// VM, a long stall) may run its holder's next check before the timer's
+// goroutine, and that check must find the lock context ended. Every look
+// at the lock context's state (Err, Done, context.Cause, Token, FenceOf)
+// comes here first.
+func (a *acquisition) overdue() bool {
+	hd := a.hold
+	return hd != nil && hd.expire()
 }
 
 // Value answers the lock context's keys, and the parent's otherwise. A
@@ -179,10 +206,12 @@ func (a *acquisition) Value(key any) any {
 		}
 	case tokenKey:
 		if a.fenced {
+			a.overdue()
 			return a.token
 		}
 	case fenceKey:
 		if a.fenced {
+			a.overdue()
 			return Fence{Token: a.token, Holder: hd.owner}
 		}
 	case ownerKey:
@@ -190,6 +219,7 @@ func (a *acquisition) Value(key any) any {
 			return hd.owner
 		}
 	case *int:
+		a.overdue()
 		return a.cancellation().Value(key)
 	}
 	return a.parent.Value(key)
@@ -257,7 +287,15 @@ type registry struct {
 	holds  map[string]*hold
 	dl     deadlines // the holds' local deadlines (expiry.go)
 	closed bool
+	// skew is how far ahead of time.Now the Client's clock reads: 0 but
+	// in tests that play a pause, moving the clock past leases without
+	// letting any timer run (what a process stopped and resumed sees).
+	skew atomic.Int64
 }
+
+// now is the Client's monotonic clock, by which its holds' and permits'
+// local deadlines pass.
+func (r *registry) now() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }
 
 // find returns the hold k, or nil. r.mu must be held.
 func (r *registry) find(k holdKey) *hold {
@@ -459,11 +497,21 @@ var (
 // context of the hold is cancelled with cause err. A hold that was already
 // released or replaced is left alone.
 func (hd *hold) lose(err error) {
-	acqs, ok := hd.c.holds.dropHold(hd)
+	acqs, ok := hd.c.holds.dropHold(hd, false)
 	if !ok {
 		return
 	}
 	hd.c.ended(hd, acqs, err)
+}
+
+// expire loses hd, as the deadline queue's sweep does, if its local
+// deadline has passed by the registry's clock, and reports whether it did.
+func (hd *hold) expire() bool {
+	acqs, ok := hd.c.holds.dropHold(hd, true)
+	if ok {
+		hd.c.ended(hd, acqs, leaseRanOut(hd))
+	}
+	return ok
 }
 
 // ended tells the holder of hd, which left the registry with acqs, that
@@ -477,12 +525,13 @@ func (c *Client) ended(hd *hold, acqs []*acquisition, err error) {
 	}
 }
 
-// dropHold drops hd, unless it was released or replaced already (ok false),
-// and returns its acquisitions, for lose.
-func (r *registry) dropHold(hd *hold) (acqs []*acquisition, ok bool) {
+// dropHold drops hd, unless it was released or replaced already, or,
+// when due is set, its local deadline has not passed (ok false), and
+// returns its acquisitions, for lose and expire.
+func (r *registry) dropHold(hd *hold, due bool) (acqs []*acquisition, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.current(hd) {
+	if !r.current(hd) || due && hd.until > instantOf(r.now()) {
 		return nil, false
 	}
 	r.drop(hd)

@@ -275,6 +275,15 @@ type selfGated interface {
 	selfGated()
 }
 
+// oneRun is implemented by kinds whose attempt is a single script Run and
+// nothing else (a Mutex's): the transport can leave that script on the
+// wire when the caller's ctx ends and give back what it took once its
+// reply is in, so the engine makes such an attempt on the caller's
+// goroutine (handle.mayLeave) rather than hand it to another.
+type oneRun interface {
+	oneRun()
+}
+
 // reachGate is the reach gate that the engine's requests for k wait on:
 // the Client's, or one that stays open for a kind that is selfGated.
 func reachGate(c *Client, k kind) *transport.Gate {

@@ -64,6 +64,9 @@ func (k *mutexKind) renewer() renewer          { return hashRenewer{} }
 func (k *mutexKind) label() string             { return KindMutex }
 func (k *mutexKind) channel(string) string     { return k.keys[3] }
 
+// oneRun: a Mutex's attempt is one Run of lock_acquire.lua.
+func (k *mutexKind) oneRun() {}
+
 func (k *mutexKind) attempt(ctx context.Context, r request) (attemptResult, error) {
 	return attemptReply(k.c.drv.Run(ctx, r.check, scripts.LockAcquire, k.acquireKeys(), millis(r.lease), r.owner, fenceArg(r)))
 }

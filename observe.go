@@ -470,7 +470,7 @@ func (c *Client) observeLost(hd *hold, acqs []*acquisition, err error) {
 		return
 	}
 	cause := LostRejected
-	if !time.Now().Before(c.holds.deadline(hd)) {
+	if !c.holds.now().Before(c.holds.deadline(hd)) {
 		cause = LostExpired
 	}
 	c.lost(hd, acqs, cause, err)

@@ -800,8 +800,9 @@ type permit struct {
 	mu        sync.Mutex
 	watchdog  bool // renewed by the watchdog; else a fixed lease, checked
 	timer     *time.Timer
-	ended     bool // its context is cancelled
-	releasing bool // Release was called (and did not fail)
+	until     time.Time // the local expiry, at which timer fires
+	ended     bool      // its context is cancelled
+	releasing bool      // Release was called (and did not fail)
 }
 
 // startRelease marks the permit as being released; false if it already was.
@@ -828,15 +829,38 @@ func (p *permit) isReleased() bool {
 }
 
 // drop cancels the permit context with cause and forgets the permit.
-func (p *permit) drop(cause error) {
+func (p *permit) drop(cause error) { p.end(cause, false) }
+
+// expire ends the permit whose local expiry has passed: its timer fired,
+// or its context was looked at first (overdue).
+func (p *permit) expire() {
+	p.end(fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, p.s.name), true)
+}
+
+// overdue expires the permit if its local expiry has passed by the
+// Client's clock but its timer has not fired yet: a process resumed after
+// a pause past the lease may look at the permit context before the
+// timer's goroutine runs (acquisition.overdue, for holds).
+func (p *permit) overdue() {
+	p.mu.Lock()
+	due := !p.ended && !p.s.c.holds.now().Before(p.until)
+	p.mu.Unlock()
+	if due {
+		p.expire()
+	}
+}
+
+// end cancels the permit context with cause and forgets the permit;
+// expired says that its lease ran out.
+func (p *permit) end(cause error, expired bool) {
 	p.mu.Lock()
 	if p.ended {
 		p.mu.Unlock()
 		return
 	}
 	p.ended = true
-	expired := !p.timer.Stop() // it fired: the lease ran out
-	releasing := p.releasing   // Release reports its own end
+	expired = !p.timer.Stop() || expired // it fired: the lease ran out
+	releasing := p.releasing             // Release reports its own end
 	p.mu.Unlock()
 	if !releasing {
 		p.s.c.observeLoss(LockInfo{Name: p.s.name, Kind: KindPermit}, p, expired, cause)
@@ -850,6 +874,7 @@ func (p *permit) extend(at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.ended {
+		p.until = at
 		p.timer.Reset(time.Until(at))
 	}
 }
@@ -886,9 +911,8 @@ func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, fix
 		return nil, ErrClosed
 	}
 	p.mu.Lock() // the timer may fire at once: p.end must find it set
-	p.timer = time.AfterFunc(time.Until(start.Add(lease)), func() {
-		p.drop(fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, s.name))
-	})
+	p.until = start.Add(lease)
+	p.timer = time.AfterFunc(time.Until(p.until), p.expire)
 	p.mu.Unlock()
 	if ps.permits == nil {
 		ps.permits = map[*permit]struct{}{}
@@ -896,7 +920,33 @@ func (ps *permitSet) add(ctx context.Context, s *PermitSemaphore, id string, fix
 	ps.permits[p] = struct{}{}
 	// Refused only while Close runs, which ends p with the others.
 	s.c.watchdog.Add(p)
-	return context.WithValue(pctx, permitKey{s.c, s.name}, p), nil
+	return permitContext{context.WithValue(pctx, permitKey{s.c, s.name}, p), p}, nil
+}
+
+// permitContext is a permit's context: every look at its state expires
+// the permit first if its local expiry has passed (permit.overdue).
+type permitContext struct {
+	context.Context
+	p *permit
+}
+
+func (c permitContext) Done() <-chan struct{} {
+	c.p.overdue()
+	return c.Context.Done()
+}
+
+func (c permitContext) Err() error {
+	c.p.overdue()
+	return c.Context.Err()
+}
+
+// Value answers as the context under it; a key of type *int is package
+// context asking for the cancellation (context.Cause, a derived context).
+func (c permitContext) Value(key any) any {
+	if _, ok := key.(*int); ok {
+		c.p.overdue()
+	}
+	return c.Context.Value(key)
 }
 
 // remove forgets a permit that ended, here and in the watchdog.

@@ -101,14 +101,14 @@ func isTimeout(err error) bool {
 
 // mayLeave reports whether an attempt that must return when its ctx ends
 // can run on the caller's goroutine, its script sent by the batcher
-// (transport.MayLeave): a Mutex's attempt is one Run, where the transport
-// can leave a script on the wire, and none of its sends waits for
+// (transport.MayLeave): the kind's attempt is one Run, where the transport
+// can leave a script on the wire (oneRun), and none of its sends waits for
 // replicas or goes to a cluster (Transport.CanLeave). Handing the attempt
 // to another goroutine costs more than the attempt's own work in the
 // client.
 func (h *handle) mayLeave() bool {
-	_, mutex := h.kind.(*mutexKind)
-	return mutex && h.c.drv.CanLeave()
+	_, one := h.kind.(oneRun)
+	return one && h.c.drv.CanLeave()
 }
 
 // sendLeaving makes an attempt on the caller's goroutine that returns when

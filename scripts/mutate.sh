@@ -990,7 +990,7 @@ m "observer: renewal counts the live holds as lost" observe.go \
   . '^(TestObserverLostAndRenewal)$'
 # A hold lost at its local deadline is expired, not rejected.
 m "observer: every loss reported as rejected" observe.go \
-  'if !time.Now().Before(c.holds.deadline(hd)) {' \
+  'if !c.holds.now().Before(c.holds.deadline(hd)) {' \
   'if false {' \
   . '^(TestObserverLostAndRenewal)$'
 # Close reports the holds it ends as lost (cause closed).
@@ -1547,6 +1547,46 @@ m "send: a late refusal marked as the aside bound" send.go \
   'if actx.Err() != nil && isTimeout(err) {' \
   'if actx.Err() != nil && err != nil {' \
   . '^(TestAsideBoundMarksOnlyTimeouts)$'
+
+# A holder resumed after a pause past its lease looks at its lock context
+# before the expiry timer runs: the look itself must find the lease over
+# (issue 35), for every kind kept in the registry...
+m "lock context: an overdue hold reads as live" hold.go \
+  '	return hd != nil && hd.expire()' \
+  '	return false && hd != nil && hd.expire()' \
+  . '^(TestResumedHolderSeesItsLeaseOver)$'
+# ...and for a PermitSemaphore's permit context, which keeps its own.
+m "permit context: an overdue permit reads as live" permit_semaphore.go \
+  '	due := !p.ended && !p.s.c.holds.now().Before(p.until)' \
+  '	due := false' \
+  . '^(TestResumedHolderSeesItsLeaseOver)$'
+# FenceOf (and Token) on an overdue lock context end the hold first: a
+# holder that reads its token after a pause is told the lease ran out.
+m "lock context: FenceOf leaves an overdue hold standing" hold.go \
+  '		if a.fenced {
+			a.overdue()
+			return Fence{' \
+  '		if a.fenced {
+			return Fence{' \
+  . '^(TestResumedHolderSeesItsLeaseOver)$'
+# A permit that ran out when its context was looked at, before its timer,
+# is reported as expired, not as rejected by Redis.
+m "permit context: an overdue permit reported as rejected" permit_semaphore.go \
+  '	expired = !p.timer.Stop() || expired // it fired: the lease ran out' \
+  '	expired = !p.timer.Stop() // it fired: the lease ran out' \
+  . '^(TestResumedHolderSeesItsLeaseOver)$'
+# The Lost report tells an expiry by the Client's clock, the one by which
+# the hold was lost: after a pause it is past the deadline.
+m "observer: expiry judged by time.Now, not the Client's clock" observe.go \
+  'if !c.holds.now().Before(c.holds.deadline(hd)) {' \
+  'if !time.Now().Before(c.holds.deadline(hd)) {' \
+  . '^(TestResumedHolderSeesItsLeaseOver)$'
+# A Mutex's attempt is one script Run, which the transport can leave on
+# the wire: the kind declares it (oneRun), and the engine names no kind.
+m "kind: the Mutex no longer declares oneRun" mutex.go \
+  'func (k *mutexKind) oneRun() {}' \
+  'func (k *mutexKind) oneRunNot() {}' \
+  . '^(TestLockLeavesItsScriptOnTheWire)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

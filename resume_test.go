@@ -1,0 +1,171 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A holder paused past its lease (SIGSTOP, a frozen VM) and resumed runs
+// its own next check of the lock context before the Client's expiry timer
+// gets to run: that check must find the lock context ended. The tests
+// play the pause with the registry's clock skew: the Client's clock moves
+// past the lease and no timer fires, which is what the resumed process
+// sees. Each round is one pause; every first look after it must say the
+// lease ran out.
+
+// resumeRounds is how many pauses each kind goes through.
+const resumeRounds = 50
+
+// pauseFor moves c's clock ahead by d, without running any timer, until
+// the returned function moves it back.
+func pauseFor(c *Client, d time.Duration) (back func()) {
+	c.holds.skew.Add(int64(d))
+	return func() { c.holds.skew.Add(-int64(d)) }
+}
+
+// resumedKind takes one lock of a kind and returns its lock context and a
+// way to clear what the lost hold left in Redis.
+type resumedKind struct {
+	name string
+	take func(t *testing.T, ctx context.Context, c *Client, name string) (lockCtx context.Context, clear func())
+}
+
+// lockerKind is a resumedKind for anything with Lock and ForceUnlock.
+func lockerKind(name string, make func(c *Client, name string) (interface {
+	Lock(context.Context) (context.Context, error)
+	ForceUnlock(context.Context) (bool, error)
+}, error)) resumedKind {
+	return resumedKind{name, func(t *testing.T, ctx context.Context, c *Client, name string) (context.Context, func()) {
+		l, err := make(c, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lctx := mustLock(t, ctx, l)
+		return lctx, func() {
+			if _, err := l.ForceUnlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}}
+}
+
+func resumedKinds() []resumedKind {
+	type locker = interface {
+		Lock(context.Context) (context.Context, error)
+		ForceUnlock(context.Context) (bool, error)
+	}
+	return []resumedKind{
+		lockerKind("Mutex", func(c *Client, name string) (locker, error) { return c.NewMutex(name) }),
+		lockerKind("FencedMutex", func(c *Client, name string) (locker, error) { return c.NewMutex(name, WithFencing()) }),
+		lockerKind("FixedLease", func(c *Client, name string) (locker, error) { return c.NewMutex(name, WithLease(20*time.Second)) }),
+		lockerKind("FairMutex", func(c *Client, name string) (locker, error) { return c.NewFairMutex(name) }),
+		lockerKind("SpinLock", func(c *Client, name string) (locker, error) { return c.NewSpinLock(name) }),
+		lockerKind("ReadLock", func(c *Client, name string) (locker, error) {
+			rw, err := c.NewRWMutex(name)
+			if err != nil {
+				return nil, err
+			}
+			return rw.ReadLock(), nil
+		}),
+		lockerKind("WriteLock", func(c *Client, name string) (locker, error) {
+			rw, err := c.NewRWMutex(name, WithFencing())
+			if err != nil {
+				return nil, err
+			}
+			return rw.WriteLock(), nil
+		}),
+		{"Permit", func(t *testing.T, ctx context.Context, c *Client, name string) (context.Context, func()) {
+			s, err := c.NewPermitSemaphore(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.TrySetPermits(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			pctx, err := s.TryAcquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pctx, func() {
+				if _, err := s.Delete(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"Election", func(t *testing.T, ctx context.Context, c *Client, name string) (context.Context, func()) {
+			e, err := c.NewElection(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaderCtx, err := e.Campaign(ctx, "v")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return leaderCtx, func() {
+				if _, err := e.m.ForceUnlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+	}
+}
+
+// TestResumedHolderSeesItsLeaseOver: after a pause past the lease, the
+// first Err of the lock context (Election: the leader context; a
+// PermitSemaphore: the permit context) is not nil, its cause says the
+// lease ran out, and Done is closed, in every round, before any timer has
+// run. A fenced lock context's first look is FenceOf, which ends it too
+// and still hands out the token (the storage refuses it once a newer
+// holder has written).
+func TestResumedHolderSeesItsLeaseOver(t *testing.T) {
+	for _, k := range resumedKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := boundedCtx(t, time.Minute)
+			expired := make(chan LostCause, 1) // the Lost reports of this round's hold
+			c := newClient(t, nil, WithLogger(slog.New(slog.DiscardHandler)), WithObserver(Observer{
+				Lost: func(_ LockInfo, e LostInfo) { expired <- e.Cause },
+			}))
+			name := lockName(t)
+			live, fenced := 0, false // rounds whose first look after the pause found the lock context standing
+			for round := range resumeRounds {
+				lctx, clear := k.take(t, ctx, c, name)
+				if err := lctx.Err(); err != nil {
+					t.Fatalf("round %d: the lock context ended before the pause: %v", round, context.Cause(lctx))
+				}
+				back := pauseFor(c, c.cfg.watchdogTimeout+time.Minute)
+				fenced = FenceOf(lctx).Token != 0 // for a fenced lock, the first look
+				if fenced && len(expired) == 0 {
+					t.Errorf("round %d: FenceOf after the pause reported no loss: the hold stands", round)
+				}
+				err := lctx.Err()
+				back()
+				if err == nil {
+					live++
+					clear()
+					<-expired // the timer's, by the clear at the latest
+					continue
+				}
+				if got := <-expired; got != LostExpired {
+					t.Fatalf("round %d: Lost reported %q, want %q", round, got, LostExpired)
+				}
+				cause := context.Cause(lctx)
+				if !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "ran out") {
+					t.Fatalf("round %d: cause %v, want ErrLockLost: the lease ran out", round, cause)
+				}
+				select {
+				case <-lctx.Done():
+				default:
+					t.Fatalf("round %d: Done is open after Err said the lease ran out", round)
+				}
+				clear()
+			}
+			if live > 0 {
+				t.Errorf("the first Err after a pause past the lease was nil in %d of %d rounds (fenced, FenceOf first: %v)", live, resumeRounds, fenced)
+			}
+		})
+	}
+}
