@@ -266,8 +266,10 @@ m "hold heap: lock context cancellation made with every lock" hold.go \
 # *int key).
 m "lazy lock context: context.Cause without the cause" hold.go \
   '	case *int:
+		a.overdue()
 		return a.cancellation().Value(key)' \
   '	case *float64:
+		a.overdue()
 		return a.cancellation().Value(key)' \
   . '^(TestLockContextCause)$'
 # A lock context that ended before its cancellation was made is made
@@ -1587,6 +1589,26 @@ m "kind: the Mutex no longer declares oneRun" mutex.go \
   'func (k *mutexKind) oneRun() {}' \
   'func (k *mutexKind) oneRunNot() {}' \
   . '^(TestLockLeavesItsScriptOnTheWire)$'
+
+# A re-entry whose token counter was lost (deleted, or set back by a
+# failover) takes a token above its owner's, not the counter as it is
+# (issue 35): the owner's next fenced write would carry 0, or be refused.
+m "fence: a re-entry takes the lost counter as it is" internal/scripts/fence.lua \
+  "  if current < last then
+    redis.call('set', counter, last)" \
+  "  if false then
+    redis.call('set', counter, last)" \
+  . '^(TestReentryTokenAfterLostCounter)$'
+m "fence: a read re-entry ignores the owner's token" internal/scripts/rw_read_acquire.lua \
+  "    counterAt(KEYS[3], tonumber(ARGV[4]))" \
+  "    counterAt(KEYS[3], 0)" \
+  . '^(TestReentryTokenAfterLostCounter)$'
+# An unfenced re-entry ("-3") takes no token: it must not create the
+# counter (issue 36 item 13).
+m "fence: an unfenced re-entry takes a token" internal/scripts/fence.lua \
+  "  return n ~= -1 and n ~= -3" \
+  "  return n ~= -1" \
+  . '^(TestUnfencedReentryMakesNoCounter)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

@@ -41,26 +41,39 @@ local function nextToken(counter)
   return redis.call('incr', counter)
 end
 
+-- counterAt returns counter's value, after raising it to last when it is
+-- below: last is the owner's previous token on a fenced re-entry (0 or
+-- below otherwise). A counter below a token its owner still holds was
+-- lost: deleted (Redisson's delete() does), or set back by a failover that
+-- lost its last increments. The re-entry's token must still come above
+-- the owner's own, or the owner's next fenced write is refused, or
+-- carries token 0.
+local function counterAt(counter, last)
+  local current = tonumber(redis.call('get', counter) or '0')
+  if current < last then
+    redis.call('set', counter, last)
+  end
+  return current
+end
+
 -- fence returns the token of an acquisition: 0 when arg is "-1" (not
 -- fenced), else a token above every earlier one, taken from counter
 -- (nextToken). held says whether the owner's field was there before this
 -- run. A first acquisition (arg "0") that finds its field is a command
 -- re-sent after a lost reply, whose first run took the token: the counter
--- holds it. A re-entry (arg T, the owner's previous token) takes a token
--- only from a counter still at T, for the same reason: while the owner
--- holds the lock nobody else can. A re-entry with no previous token (arg
--- "-2") takes one.
+-- holds it. A re-entry (arg T, the owner's previous token) that finds the
+-- counter above T is re-sent too, for the same reason: while the owner
+-- holds the lock nobody else can take a token. A re-entry that finds the
+-- counter below T (lost: counterAt) takes one above T. A re-entry with no
+-- previous token (arg "-2") takes one.
 local function fence(counter, arg, held)
   if not fenced(arg) then
     return 0
   end
   local last = tonumber(arg)
-  if last >= 0 then
-    local current = tonumber(redis.call('get', counter) or '0')
-    if (last == 0 and held) or (last > 0 and current ~= last) then
-      return current
-    end
+  local current = counterAt(counter, last)
+  if (last == 0 and held and current > 0) or (last > 0 and current > last) then
+    return current
   end
   return nextToken(counter)
 end
-

@@ -46,6 +46,7 @@ if mode == 'read'
   end
   local token = 0
   if fenced(ARGV[4]) then
+    counterAt(KEYS[3], tonumber(ARGV[4]))
     token = nextToken(KEYS[3])
   end
   return {1, token}
