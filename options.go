@@ -214,7 +214,9 @@ func WithLease(d time.Duration) LockOption {
 // the server's clock in microseconds (see docs/safety.md for the clock
 // assumption). (One owner can see a token again: a re-sent command, or a
 // re-entry after a downgrade's read took the next one, keeps the last
-// token.) Read it with Token, or with its holder with FenceOf. A resource
+// token.) A re-entry's token is above its owner's earlier one even when
+// the counter was deleted or set back meanwhile. Read it with Token, or
+// with its holder with FenceOf. A resource
 // that remembers the highest token it has seen and rejects lower ones, and
 // the same one from another holder (FencedSet, FencedHSet, CheckToken), is
 // safe against a holder that paused past its lease.
