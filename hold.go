@@ -180,16 +180,30 @@ func (a *acquisition) err() error {
 	return nil
 }
 
-// overdue ends a's hold, as lost, when its local deadline has passed but
-// the deadline queue's timer has not ended it yet, and reports whether it
-// did: a process resumed after a pause past its lease (SIGSTOP, a frozen
-// VM, a long stall) may run its holder's next check before the timer's
-// goroutine, and that check must find the lock context ended. Every look
-// at the lock context's state (Err, Done, context.Cause, Token, FenceOf)
+// overdue ends a, as lost, when its hold's local deadline has passed but
+// a still stands, and reports whether it did: a process resumed after a
+// pause past its lease (SIGSTOP, a frozen VM, a long stall) may run its
+// holder's next check before the deadline queue's timer, or while the
+// timer's sweep has taken the hold out but not yet ended its lock
+// contexts; that check must find the lock context ended. Every look at
+// the lock context's state (Err, Done, context.Cause, Token, FenceOf)
 // comes here first.
 func (a *acquisition) overdue() bool {
 	hd := a.hold
-	return hd != nil && hd.expire()
+	if hd == nil || a.ended() || !hd.c.holds.overdue(hd) {
+		return false
+	}
+	if !hd.expire() { // another path took the hold out, and ends a soon
+		a.end(leaseRanOut(hd))
+	}
+	return true
+}
+
+// ended reports whether a has ended.
+func (a *acquisition) ended() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cause != nil
 }
 
 // Value answers the lock context's keys, and the parent's otherwise. A
@@ -291,6 +305,14 @@ type registry struct {
 	// in tests that play a pause, moving the clock past leases without
 	// letting any timer run (what a process stopped and resumed sees).
 	skew atomic.Int64
+}
+
+// overdue reports whether hd's local deadline has passed by the
+// Client's clock, registered or not.
+func (r *registry) overdue(hd *hold) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return hd.until <= instantOf(r.now())
 }
 
 // now is the Client's monotonic clock, by which its holds' and permits'

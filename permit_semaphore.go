@@ -834,18 +834,21 @@ func (p *permit) drop(cause error) { p.end(cause, false) }
 // expire ends the permit whose local expiry has passed: its timer fired,
 // or its context was looked at first (overdue).
 func (p *permit) expire() {
-	p.end(fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, p.s.name), true)
+	cause := fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, p.s.name)
+	p.end(cause, true)
+	p.cancel(cause) // ended by another path, whose cancel may not have run yet
 }
 
 // overdue expires the permit if its local expiry has passed by the
-// Client's clock but its timer has not fired yet: a process resumed after
-// a pause past the lease may look at the permit context before the
-// timer's goroutine runs (acquisition.overdue, for holds).
-func (p *permit) overdue() {
+// Client's clock while its context stands: a process resumed after a
+// pause past the lease may look at the permit context before the timer's
+// goroutine runs, or while the timer's end has not cancelled the context
+// yet (acquisition.overdue, for holds).
+func (p *permit) overdue(ctx context.Context) {
 	p.mu.Lock()
-	due := !p.ended && !p.s.c.holds.now().Before(p.until)
+	due := !p.s.c.holds.now().Before(p.until)
 	p.mu.Unlock()
-	if due {
+	if due && ctx.Err() == nil {
 		p.expire()
 	}
 }
@@ -931,12 +934,12 @@ type permitContext struct {
 }
 
 func (c permitContext) Done() <-chan struct{} {
-	c.p.overdue()
+	c.p.overdue(c.Context)
 	return c.Context.Done()
 }
 
 func (c permitContext) Err() error {
-	c.p.overdue()
+	c.p.overdue(c.Context)
 	return c.Context.Err()
 }
 
@@ -944,7 +947,7 @@ func (c permitContext) Err() error {
 // context asking for the cancellation (context.Cause, a derived context).
 func (c permitContext) Value(key any) any {
 	if _, ok := key.(*int); ok {
-		c.p.overdue()
+		c.p.overdue(c.Context)
 	}
 	return c.Context.Value(key)
 }

@@ -169,3 +169,61 @@ func TestResumedHolderSeesItsLeaseOver(t *testing.T) {
 		})
 	}
 }
+
+// TestResumedHolderRacesTheSweep: on resume the expiry timer's goroutine
+// may run at the same moment as the holder: its sweep has taken the hold
+// out of the registry (or its timer has marked the permit ended) but has
+// not cancelled the lock context yet. The holder's look in that window
+// must still find the lock context ended.
+func TestResumedHolderRacesTheSweep(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	c := newClient(t, nil, WithLogger(slog.New(slog.DiscardHandler)))
+	name := lockName(t)
+
+	m := mustMutex(t, c, name)
+	lctx := mustLock(t, ctx, m)
+	back := pauseFor(c, c.cfg.watchdogTimeout+time.Minute)
+	lost, _ := c.holds.sweepSome(c.holds.now()) // the sweep, halfway
+	err := lctx.Err()
+	back()
+	if len(lost) != 1 {
+		t.Fatalf("the sweep took %d holds, want the Mutex's", len(lost))
+	}
+	if err == nil {
+		t.Error("Err is nil while the sweep has taken the overdue hold but not ended its lock context")
+	}
+	for _, l := range lost {
+		c.ended(l.hd, l.acqs, leaseRanOut(l.hd))
+	}
+	if _, err := m.ForceUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := c.NewPermitSemaphore(name + ":permits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Delete(ctx)
+	pctx, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.permitFrom(pctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back = pauseFor(c, c.cfg.watchdogTimeout+time.Minute)
+	p.mu.Lock()
+	p.ended = true // the timer's end, halfway: the context not cancelled yet
+	p.mu.Unlock()
+	err = pctx.Err()
+	back()
+	if err == nil {
+		t.Error("Err is nil while the permit's timer has ended it but not cancelled its context")
+	}
+	p.cancel(ErrLockLost)
+	c.permits.remove(p)
+}
