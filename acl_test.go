@@ -257,3 +257,37 @@ func TestElectionObserveSubscriptionRefused(t *testing.T) {
 		t.Errorf("nothing logged about polling: %q", logs.String())
 	}
 }
+
+// TestElectionRefusedObserverPolls: an observer whose subscription is
+// refused polls the record every third of its watchdog timeout, so that a
+// Proclaim reaches it within one poll, not at the record's expiry (the
+// leader's lease, 30s here, which the leader keeps renewing).
+func TestElectionRefusedObserverPolls(t *testing.T) {
+	ctx := boundedCtx(t, 60*time.Second)
+	admin := newRedis(t)
+	user := "dlock-acl-observe-poll"
+	acl := append(slices.Clone(minimalACL), "~dlock:election:{app:*", "+hgetall")
+	if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, acl...)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Username: user, Password: "secret"})
+	defer rdb.Close()
+	const watchdog = 3 * time.Second // polls every second
+	observer := newElection(t, newClient(t, rdb, WithWatchdogTimeout(watchdog)), "app:"+lockName(t))
+	leader := newElection(t, newClient(t, nil), observer.Name()) // the default 30s lease
+	lead := mustCampaign(t, ctx, leader, "v1")
+	defer func() { _ = leader.Resign(lead) }()
+	seen := observer.Observe(ctx)
+	if got := recv(t, seen, observeSubscribeWait+10*time.Second, "the refused observer's first report"); got.Value != "v1" {
+		t.Fatalf("refused observer's first report %+v, want v1", got)
+	}
+	if err := leader.Proclaim(lead, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	// One poll (a second) and a generous allowance for a loaded machine,
+	// far below the 20s and more until the record's expiry.
+	if got := recv(t, seen, observer.pollEvery()+4*time.Second, "the Proclaim at the refused observer, which polls every "+observer.pollEvery().String()); got.Value != "v2" || got.Seq != 1 {
+		t.Errorf("refused observer reported %+v after the Proclaim, want v2 (seq 1)", got)
+	}
+}

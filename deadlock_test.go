@@ -149,6 +149,152 @@ func TestDeadlockBroken(t *testing.T) {
 	}
 }
 
+// TestDeadlockWriteLocks: the cross wait on two RWMutexes' write locks is
+// a cycle too. A write hold's field in the lock hash is "<owner>:write":
+// read as an owner of its own, nobody would wait for it, and the cycle
+// would go unseen.
+func TestDeadlockWriteLocks(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	ca := newClient(t, nil, WithDeadlockDetection(0))
+	cb := newClient(t, nil, WithDeadlockDetection(0))
+	name := lockName(t)
+	write := func(c *Client, name string) *WriteLock {
+		rw, err := c.NewRWMutex(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rw.WriteLock()
+	}
+	l1a, l2a := write(ca, name+":1"), write(ca, name+":2")
+	l1b, l2b := write(cb, name+":1"), write(cb, name+":2")
+	a, b := mustLock(t, ctx, l1a), mustLock(t, ctx, l2b)
+	t.Cleanup(func() { _, _ = l2b.Unlock(b), l1a.Unlock(a) }) // ends the waits of a failed test
+	aDone, bDone := make(chan error, 1), make(chan error, 1)
+	waitFor := func(l *WriteLock, held context.Context, done chan<- error) {
+		go func() {
+			lctx, err := l.Lock(held)
+			if err == nil {
+				err = l.Unlock(lctx)
+			}
+			done <- err
+		}()
+	}
+	waitFor(l2a, a, aDone)
+	waitFor(l1b, b, bDone)
+	ownerA, _ := ca.Owner(a)
+	ownerB, _ := cb.Owner(b)
+	var found []Deadlock
+	eventually(t, 10*time.Second, func() error {
+		var err error
+		found, err = newClient(t, nil).Deadlocks(ctx)
+		if err == nil && len(found) != 1 {
+			err = fmt.Errorf("deadlocks %+v, want the cycle of two write locks (fields of the write holds: %v, %v)",
+				found, ca.rdb.HKeys(ctx, l1a.Name()).Val(), ca.rdb.HKeys(ctx, l2a.Name()).Val())
+		}
+		return err
+	})
+	waiting := map[string]string{}
+	for _, w := range found[0].Waits {
+		waiting[w.Owner] = w.Lock
+		if w.Kind != KindWrite {
+			t.Errorf("wait %+v: kind %q, want %q", w, w.Kind, KindWrite)
+		}
+	}
+	if len(waiting) != 2 || waiting[ownerA] != l2a.Name() || waiting[ownerB] != l1b.Name() {
+		t.Errorf("cycle %+v, want %s waiting for %s and %s for %s", found[0].Waits, ownerA, l2a.Name(), ownerB, l1b.Name())
+	}
+	// Broken by hand: b lets go of l2, which ends its wait; a gets l2.
+	if err := l2b.Unlock(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, bDone, 10*time.Second, "b's wait"); !errors.Is(err, context.Canceled) {
+		t.Errorf("b's Lock: %v, want its context's end", err)
+	}
+	if err := recv(t, aDone, 10*time.Second, "a's wait once b let go"); err != nil {
+		t.Error(err)
+	}
+	if err := l1a.Unlock(a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeadlockConfirmedBeforeActing: a cycle is acted on only when two
+// checks in a row find it. At its first sighting it may be a wait that
+// has just ended, its record not yet removed (a false positive), so no
+// Lock fails; at the second the youngest waiter does. The checks are run
+// by hand (record-only Clients), one at a time, so that the test counts
+// checks, not time.
+func TestDeadlockConfirmedBeforeActing(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	name := lockName(t)
+	// The context of each Client's sleeping Lock, derived from the one the
+	// check cancels: its end is the check's doing, seen at once.
+	waitCtx := func(lock string) (Option, chan context.Context) {
+		ch := make(chan context.Context, 1)
+		return WithObserver(Observer{Wait: func(ctx context.Context, l LockInfo, w WaitInfo) {
+			if w.Round == 1 && l.Name == lock {
+				select {
+				case ch <- ctx:
+				default:
+				}
+			}
+		}}), ch
+	}
+	obsA, aWaitCh := waitCtx(name + ":2")
+	obsB, bWaitCh := waitCtx(name + ":1")
+	ca := newClient(t, nil, WithDeadlockDetection(0), obsA)
+	cb := newClient(t, nil, WithDeadlockDetection(0), obsB)
+	x := startCrossWait(t, ca, cb)
+	t.Cleanup(func() { _, _ = x.l2b.Unlock(x.b), x.l1a.Unlock(x.a) }) // ends the waits of a failed test
+	aWait := recv(t, aWaitCh, 10*time.Second, "a's wait")
+	bWait := recv(t, bWaitCh, 10*time.Second, "b's wait")
+	eventually(t, 10*time.Second, func() error { // both waits recorded
+		found, err := ca.Deadlocks(ctx)
+		if err == nil && len(found) != 1 {
+			err = fmt.Errorf("deadlocks %+v, want 1", found)
+		}
+		return err
+	})
+	ca.waits.check(ctx)
+	cb.waits.check(ctx)
+	for who, wctx := range map[string]context.Context{"a": aWait, "b": bWait} {
+		if wctx.Err() != nil {
+			t.Fatalf("%s's Lock failed at the first sighting of the cycle (%v); want it confirmed by a second check first", who, context.Cause(wctx))
+		}
+	}
+	ca.waits.check(ctx)
+	cb.waits.check(ctx)
+	failed := 0
+	for _, wctx := range []context.Context{aWait, bWait} {
+		if errors.Is(context.Cause(wctx), ErrDeadlock) {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d Locks failed at the second sighting of the cycle (a: %v, b: %v), want the youngest's", failed, context.Cause(aWait), context.Cause(bWait))
+	}
+	// The youngest is b (it started waiting last), but for a tie of
+	// their starts in one millisecond, broken by the owner's name.
+	victim, other := x.bDone, x.aDone
+	victimHeld, victimLock, otherHeld, otherLock := x.b, x.l2b, x.a, x.l1a
+	if errors.Is(context.Cause(aWait), ErrDeadlock) {
+		victim, other = x.aDone, x.bDone
+		victimHeld, victimLock, otherHeld, otherLock = x.a, x.l1a, x.b, x.l2b
+	}
+	if err := recv(t, victim, 10*time.Second, "the youngest waiter failing"); !errors.Is(err, ErrDeadlock) {
+		t.Fatalf("the youngest waiter's Lock: %v, want ErrDeadlock", err)
+	}
+	if err := victimLock.Unlock(victimHeld); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, other, 10*time.Second, "the other waiter once the youngest let go"); err != nil {
+		t.Errorf("the other waiter's Lock: %v", err)
+	}
+	if err := otherLock.Unlock(otherHeld); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDeadlockNoFalsePositive: owners on two Clients take two locks, in
 // the same order, many times over, waiting for each other all along; no
 // Lock fails with ErrDeadlock and Deadlocks never reports a cycle.

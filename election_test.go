@@ -219,6 +219,43 @@ func TestElectionStaleEndDropped(t *testing.T) {
 	}
 }
 
+// TestElectionNoLeaderOnce: an observer that has reported "no leader"
+// does not report it again when the end of a leadership it never saw
+// comes late. Here the record of a's leadership is gone (it expired)
+// before the observer starts, which reads "no leader" (token 0); a's end,
+// announced after, has a's newer token but says nothing new, and the next
+// change the observer reports is b's election.
+func TestElectionNoLeaderOnce(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	rdb := newRedis(t)
+	name := lockName(t)
+	a := newElection(t, newClient(t, nil), name)
+	leadA := mustCampaign(t, ctx, a, "a1")
+	if err := rdb.Del(ctx, layout.Prefixed(layout.ElectionPrefix, name)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	seen := newElection(t, newClient(t, nil), name).Observe(octx)
+	if got := recv(t, seen, 10*time.Second, "observer's first report"); got.Owner != "" || got.Token != 0 {
+		t.Fatalf("observer's first report %+v, want no leader (token 0)", got)
+	}
+	// a's end, announced by Resign, or by its keeper had it found the
+	// record gone first: either way before its keeper returns.
+	if err := a.Resign(leadA); err != nil && !errors.Is(err, ErrNotLeader) {
+		t.Fatal(err)
+	}
+	recv(t, leadA.Value(leaderKey{a}).(*leadership).done, 10*time.Second, "a's keeper")
+	b := newElection(t, newClient(t, nil), name)
+	leadB := mustCampaign(t, ctx, b, "b1")
+	if got := recv(t, seen, 10*time.Second, "b elected"); got.Value != "b1" {
+		t.Errorf("observer reported %+v after \"no leader\", want b1 (a second \"no leader\", for a's late end?)", got)
+	}
+	if err := b.Resign(leadB); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestElectionLossCancelsLeaderCtx: when the leadership is gone from Redis
 // (the lock deleted, or the election record), the leader context is
 // cancelled with ErrLockLost and observers are told there is no leader.

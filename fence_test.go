@@ -54,6 +54,30 @@ func TestFencedSet(t *testing.T) {
 	}
 }
 
+// TestFencedSetSubMillisecondTTL: a ttl under a millisecond is a ttl, not
+// "none": FencedSet rounds it up to 1 ms (the SET's PX unit), so that the
+// value expires. Truncated to 0 it would be written without a lifetime
+// and outlive every holder (PTTL -1).
+func TestFencedSetSubMillisecondTTL(t *testing.T) {
+	ctx := boundedCtx(t, 10*time.Second)
+	rdb := newRedis(t)
+	key := lockName(t) + ":value"
+	t.Cleanup(func() { rdb.Del(context.Background(), key, FenceKey(key)) })
+	if err := FencedSet(ctx, rdb, Fence{1, "a"}, key, "v", 500*time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
+	// Gone already (-2) or about to be: anything but no expiry.
+	if d := pttl(t, rdb, key); d == -1 || d == -time.Millisecond {
+		t.Fatalf("value written with a ttl of 500µs has no expiry (PTTL %v)", d)
+	}
+	eventually(t, 5*time.Second, func() error {
+		if exists(t, rdb, key) {
+			return fmt.Errorf("value with a ttl of 500µs still there (PTTL %v)", pttl(t, rdb, key))
+		}
+		return nil
+	})
+}
+
 // TestFencedSetEqualToken: an equal token is let through only from the
 // holder that wrote it last. Two masters of a split brain that grant in
 // the same microsecond hand out the same token to two holders; the

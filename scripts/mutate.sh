@@ -1620,6 +1620,51 @@ m "fence: an unfenced re-entry takes a token" internal/scripts/fence.lua \
   "  return n ~= -1 and n ~= -3" \
   "  return n ~= -1" \
   . '^(TestUnfencedReentryMakesNoCounter)$'
+# An observer whose subscription was refused has no pushed changes: it
+# polls the record every third of its watchdog timeout, or a Proclaim
+# reaches it only at the record's expiry, a lease later.
+m "election: refused observer rereads only at the record's expiry" election.go \
+  '				next = min(next, e.pollEvery())' \
+  '				_ = next' \
+  . '^(TestElectionRefusedObserverPolls)$'
+# An observer that reported "no leader" does not report it again for the
+# late end of a leadership it never saw (the end's token is newer).
+m "election: a late end reports no leader twice" election.go \
+  'if info.Owner == "" && !o.leading {' \
+  'if false && info.Owner == "" && !o.leading {' \
+  . '^(TestElectionNoLeaderOnce)$'
+# --wait bounds the first campaign only: a recampaign after a loss that
+# kept it would give up (exit 3) instead of campaigning again.
+m "elect: a recampaign keeps --wait" cmd/dlock/cmd_elect.go \
+  'start, a.wait = time.Now(), optDuration{}' \
+  'start = time.Now()' \
+  ./cmd/dlock '^(TestElectRecampaignWaitsAgain)$'
+# A write hold's field is "<owner>:write": read as an owner of its own,
+# nobody waits for it, and a cycle on RWMutex write locks goes unseen.
+m "deadlock: a write hold's owner not recognised" deadlock.go \
+  'owners = append(owners, strings.TrimSuffix(f, layout.WriteSuffix))' \
+  'owners = append(owners, f)' \
+  . '^(TestDeadlockWriteLocks)$'
+# A cycle is acted on when two checks in a row find it: at its first
+# sighting it may be a wait that has just ended, its record not yet gone.
+m "deadlock: a cycle acted on at its first sighting" deadlock.go \
+  'if found && w.suspect {' \
+  'if found {' \
+  . '^(TestDeadlockConfirmedBeforeActing)$'
+# dlock deadlocks --json names each process's label (WithClientName).
+m "deadlocks: --json without the label" cmd/dlock/cmd_deadlocks.go \
+  'Program: w.Holder.Program, Label: w.Holder.Name})' \
+  'Program: w.Holder.Program})' \
+  ./cmd/dlock '^TestDeadlocks$'
+# A FencedSet ttl under a millisecond is rounded up to 1 ms: truncated to
+# 0 it would write a value with no expiry, which outlives every holder.
+m "fence: a sub-millisecond ttl writes a key that never expires" fence.go \
+  '	if ttl > 0 && ms == 0 {
+		ms = 1
+	}
+' \
+  '' \
+  . '^(TestFencedSetSubMillisecondTTL)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

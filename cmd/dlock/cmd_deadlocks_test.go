@@ -88,8 +88,9 @@ func deadlockParticipant(t *testing.T, first, second string) (*exec.Cmd, io.Writ
 }
 
 // TestDeadlocks: two processes, each holding one lock and waiting for the
-// other's, are reported by dlock deadlocks as one cycle, with their pids,
-// and the command then exits with status 7 (0 while there is none).
+// other's, are reported by dlock deadlocks as one cycle, with their pids
+// and labels, and the command then exits with status 7 (0 while there is
+// none).
 func TestDeadlocks(t *testing.T) {
 	name := lockName(t)
 	l1, l2 := name+":1", name+":2"
@@ -119,6 +120,14 @@ func TestDeadlocks(t *testing.T) {
 	}
 	if len(cycle.Waits) != 2 || pids[a.Process.Pid] != l2 || pids[b.Process.Pid] != l1 {
 		t.Errorf("cycle %+v, want pid %d waiting for %s and pid %d for %s", cycle.Waits, a.Process.Pid, l2, b.Process.Pid, l1)
+	}
+	// Each wait names its process's label (WithClientName), "helper"
+	// and the lock it holds, as the text output does.
+	labels := map[int]string{a.Process.Pid: "helper " + l1, b.Process.Pid: "helper " + l2}
+	for _, w := range cycle.Waits {
+		if w.Label != labels[w.PID] {
+			t.Errorf("--json: pid %d's label %q, want %q", w.PID, w.Label, labels[w.PID])
+		}
 	}
 	r := cliRun(t, "deadlocks")
 	if r.code != exitDeadlock || !strings.Contains(r.stderr, "1 wait-for cycle(s) found") {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/redis/go-redis/v9"
 )
 
 // leaderValue is what "dlock leader --json NAME" says leads: its value,
@@ -117,6 +118,47 @@ func TestElectOnLoss(t *testing.T) {
 				t.Errorf("exit %d after SIGTERM, want 143; stderr %q", code, stderr.String())
 			}
 		})
+	}
+}
+
+// TestElectRecampaignWaitsAgain: --wait bounds the first campaign only.
+// After a loss, --on-loss recampaign campaigns for as long as it takes:
+// here the lock is taken from the leader and held by another owner for
+// longer than --wait, and dlock elect waits it out and runs COMMAND again
+// instead of giving up (exit 3).
+func TestElectRecampaignWaitsAgain(t *testing.T) {
+	name := lockName(t)
+	runs := filepath.Join(t.TempDir(), "runs")
+	rdb := newRedis(t)
+	const wait, stolen = 2 * time.Second, 7 * time.Second
+	p, _, stderr := dlockProcess(t, "elect", "--watchdog", "1s", "--grace", "1s", "--on-loss", "recampaign", "--wait", wait.String(), name,
+		"sh", "-c", "echo run >> "+runs+"; exec sleep 60")
+	eventually(t, 10*time.Second, fileHas(runs, "run\n"))
+	// Another owner takes the lock: the leader loses it and campaigns
+	// again, and the lock is free only when the thief's hold expires.
+	steal := redis.NewScript(`redis.call('del', KEYS[1])
+redis.call('hset', KEYS[1], 'thief:1', 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+return 1`)
+	if err := steal.Run(t.Context(), rdb, []string{name}, stolen.Milliseconds()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, stolen+15*time.Second, func() error {
+		if s := stderr.String(); strings.Contains(s, "not elected") {
+			t.Fatalf("dlock elect gave up on its second campaign after %v (--wait %v bounds the first one only): stderr %q",
+				time.Since(start).Round(time.Millisecond), wait, s)
+		}
+		return fileHas(runs, "run\nrun\n")()
+	})
+	if d := time.Since(start); d < wait {
+		t.Errorf("elected again %v after the lock was taken, within --wait %v: the test's thief did not keep it out", d, wait)
+	}
+	if err := p.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, p); code != 128+15 {
+		t.Errorf("exit %d after SIGTERM, want 143; stderr %q", code, stderr.String())
 	}
 }
 
