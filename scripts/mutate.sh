@@ -1547,6 +1547,18 @@ m "send: a late refusal marked as the aside bound" send.go \
   'if actx.Err() != nil && isTimeout(err) {' \
   'if actx.Err() != nil && err != nil {' \
   . '^(TestAsideBoundMarksOnlyTimeouts)$'
+# Create's lock_timeout is its own (set_config local, given back): a
+# caller that runs Create in its transaction keeps its own bound for its
+# later statements, and a session keeps its lock_timeout.
+m "SQL fence Create keeps its lock_timeout in the caller's tx" fence.go \
+  "
+    PERFORM set_config('lock_timeout', previous, true);" \
+  '' \
+  ./fencetest '^(TestCreateKeepsCallersLockTimeout)$'
+m "SQL fence Create sets lock_timeout for the session" fence.go \
+  "PERFORM set_config('lock_timeout', '\` + fenceAlterLockTimeout + \`', true);" \
+  "PERFORM set_config('lock_timeout', '\` + fenceAlterLockTimeout + \`', false);" \
+  ./fencetest '^(TestCreateKeepsCallersLockTimeout)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
