@@ -1559,6 +1559,16 @@ m "SQL fence Create sets lock_timeout for the session" fence.go \
   "PERFORM set_config('lock_timeout', '\` + fenceAlterLockTimeout + \`', true);" \
   "PERFORM set_config('lock_timeout', '\` + fenceAlterLockTimeout + \`', false);" \
   ./fencetest '^(TestCreateKeepsCallersLockTimeout)$'
+# Watchdog holds and fixed-lease holds renewed by the same script are two
+# renewal groups: one script call sets one lease, that of the first
+# entry, so in one group a fixed lease would be cut or raised to the
+# watchdog timeout, or a watchdog hold only checked until it runs out.
+m "renew: watchdog and fixed-lease holds in one group" renew.go \
+  '	if !hd.watchdog {
+		g += ":fixed"
+	}' \
+  '' \
+  . '^(TestWatchdogAndFixedLeaseOnOneClient)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
