@@ -1569,6 +1569,17 @@ m "renew: watchdog and fixed-lease holds in one group" renew.go \
 	}' \
   '' \
   . '^(TestWatchdogAndFixedLeaseOnOneClient)$'
+# An error reply to a script that must run at most once (RunOnce) is a
+# reply: Redis's error (WRONGTYPE), not ErrNoReply, which tells the
+# caller the operation may have been applied. On both drivers.
+m "RunOnce: an error reply wrapped as ErrNoReply" internal/transport/transport.go \
+  'if err != nil && !isReply(err) && !NotSent(err) && !errors.Is(err, ErrUnreachable) {' \
+  'if err != nil && !NotSent(err) && !errors.Is(err, ErrUnreachable) {' \
+  . '^(TestRunOnceErrorReplyIsNotNoReply)$'
+m "rueidis: RunOnce wraps an error reply as ErrNoReply" dlockrueidis/driver.go \
+  'if err != nil && !isReply(err) && !transport.NotSent(err) {' \
+  'if err != nil && !transport.NotSent(err) {' \
+  ./dlockrueidis '^(TestRunOnceErrorReplyIsNotNoReply)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
