@@ -1580,6 +1580,18 @@ m "rueidis: RunOnce wraps an error reply as ErrNoReply" dlockrueidis/driver.go \
   'if err != nil && !isReply(err) && !transport.NotSent(err) {' \
   'if err != nil && !transport.NotSent(err) {' \
   ./dlockrueidis '^(TestRunOnceErrorReplyIsNotNoReply)$'
+# A healthy idle connection is pinged and kept: a reader that took its
+# silence for a frozen server would reopen it every few seconds, and
+# wake every waiter for a message it may have missed each time.
+m "hub: the answer to a ping is forgotten" internal/pubsub/hub.go \
+  '			pinged, failures = false, 0' \
+  '			failures = 0' \
+  ./internal/pubsub '^(TestIdleConnectionKept)$'
+m "hub: a silent connection is not pinged" internal/pubsub/hub.go \
+  '			_ = s.ps.Ping(ctx)
+' \
+  '' \
+  ./internal/pubsub '^(TestIdleConnectionKept)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
