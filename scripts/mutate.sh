@@ -1592,6 +1592,15 @@ m "hub: a silent connection is not pinged" internal/pubsub/hub.go \
 ' \
   '' \
   ./internal/pubsub '^(TestIdleConnectionKept)$'
+# The rueidis driver reports a refused SUBSCRIBE (NOPERM) to the hub,
+# which logs it, as go-redis's PubSub does: dropped, the waiters would
+# wait for a confirmation that never comes, and nobody would know why.
+m "rueidis: a refused SUBSCRIBE is dropped" dlockrueidis/pubsub.go \
+  '			case isReply(err):
+				p.push(dc, err)
+' \
+  '' \
+  ./dlockrueidis '^(TestSubscriptionRefusedIsLogged)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
