@@ -1601,6 +1601,17 @@ m "rueidis: a refused SUBSCRIBE is dropped" dlockrueidis/pubsub.go \
 ' \
   '' \
   ./dlockrueidis '^(TestSubscriptionRefusedIsLogged)$'
+# A waiter that leaves from the middle of the fair queue moves up only
+# the waiters behind it: an earlier deadline for the head (or any waiter
+# ahead) has it dropped for dead that much sooner.
+m "fair: a mid-queue leave moves every deadline up" internal/scripts/fair_leave.lua \
+  "shiftAll(KEYS[3], -wait, behind, nil)" \
+  "shiftAll(KEYS[3], -wait, nil, nil)" \
+  . '^(TestFairMidQueueLeaveMovesOnlyThoseBehind)$'
+m "fair: a leave moves up the waiter ahead of it" internal/scripts/fair_leave.lua \
+  "for i = at + 1, #queue do" \
+  "for i = at - 1, #queue do" \
+  . '^(TestFairMidQueueLeaveMovesOnlyThoseBehind)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
