@@ -1612,6 +1612,14 @@ m "fair: a leave moves up the waiter ahead of it" internal/scripts/fair_leave.lu
   "for i = at + 1, #queue do" \
   "for i = at - 1, #queue do" \
   . '^(TestFairMidQueueLeaveMovesOnlyThoseBehind)$'
+# WithBackoff takes initial == most (Redisson's ConstantBackOff). The
+# Examples check their constructors' errors: a refused option fails
+# ExampleWithBackoff with the error as its output, instead of a nil
+# dereference that panics the whole test binary.
+m "spin: a constant backoff refused" spin.go \
+  'c.spinMax < c.spinInitial ||' \
+  'c.spinMax <= c.spinInitial ||' \
+  . '^(ExampleWithBackoff)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
