@@ -19,7 +19,11 @@ func ExampleWithClientName() {
 		panic(err)
 	}
 	defer locks.Close()
-	m, _ := locks.NewMutex("example:invoices")
+	m, err := locks.NewMutex("example:invoices")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	lockCtx, err := m.Lock(ctx)
 	if err != nil {
 		panic(err)

@@ -28,10 +28,26 @@ func ExampleWithDeadlockDetection() {
 	billing, shipping := newClient(), newClient()
 	defer billing.Close()
 	defer shipping.Close()
-	ordersB, _ := billing.NewMutex("example:orders")
-	stockB, _ := billing.NewMutex("example:stock")
-	ordersS, _ := shipping.NewMutex("example:orders")
-	stockS, _ := shipping.NewMutex("example:stock")
+	ordersB, err := billing.NewMutex("example:orders")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	stockB, err := billing.NewMutex("example:stock")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ordersS, err := shipping.NewMutex("example:orders")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	stockS, err := shipping.NewMutex("example:stock")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	heldB, _ := ordersB.Lock(ctx) // billing: orders, then stock
 	heldS, _ := stockS.Lock(ctx)  // shipping: stock, then orders

@@ -70,12 +70,20 @@ func ExampleWithFairWaitTimeout() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
 	// A waiter whose process dies holds the queue up for at most 10 s
 	// after the lock is freed, instead of the default 5 min.
-	m, _ := locks.NewFairMutex("example:batch", dlock.WithFairWaitTimeout(10*time.Second))
+	m, err := locks.NewFairMutex("example:batch", dlock.WithFairWaitTimeout(10*time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	lockCtx, _ := m.Lock(ctx)
 	fmt.Println("running the batch")
 	_ = m.Unlock(lockCtx)

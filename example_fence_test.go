@@ -14,9 +14,17 @@ func ExampleFencedSet() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
-	m, _ := locks.NewMutex("example:report", dlock.WithFencing())
+	m, err := locks.NewMutex("example:report", dlock.WithFencing())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	lockCtx, err := m.Lock(ctx)
 	if err != nil {

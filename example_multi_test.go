@@ -53,15 +53,31 @@ func ExampleMultiLock() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
-	from, _ := locks.NewMutex("example:account:1")
-	to, _ := locks.NewMutex("example:account:2")
+	from, err := locks.NewMutex("example:account:1")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	to, err := locks.NewMutex("example:account:2")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	// A transfer holds both accounts. Members are locked in name order,
 	// whatever the order given, so transfers in opposite directions cannot
 	// deadlock.
-	both, _ := dlock.NewMultiLock(to, from)
+	both, err := dlock.NewMultiLock(to, from)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println(both.Name())
 	lockCtx, err := both.Lock(ctx)
 	if err != nil {
@@ -79,14 +95,30 @@ func ExampleMultiLock_TryLock() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
-	a, _ := locks.NewMutex("example:multi:a")
-	b, _ := locks.NewMutex("example:multi:b")
+	a, err := locks.NewMutex("example:multi:a")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b, err := locks.NewMutex("example:multi:b")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	held, _ := b.Lock(ctx) // someone else holds b
 
-	both, _ := dlock.NewMultiLock(a, b)
-	_, err := both.TryLock(ctx)
+	both, err := dlock.NewMultiLock(a, b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = both.TryLock(ctx)
 	fmt.Println("not obtained:", errors.Is(err, dlock.ErrNotObtained))
 	locked, _ := a.IsLocked(ctx)
 	fmt.Println("a kept:", locked) // all or nothing
@@ -130,8 +162,12 @@ func ExampleQuorumError() {
 	nodes, closeNodes := redLockClients(append(addrs, "127.0.0.1:1", "127.0.0.1:2"))
 	defer closeNodes()
 
-	l, _ := dlock.NewRedLock(nodes, "example:quorum")
-	_, err := l.TryLock(ctx)
+	l, err := dlock.NewRedLock(nodes, "example:quorum")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = l.TryLock(ctx)
 	var qe *dlock.QuorumError
 	if errors.As(err, &qe) {
 		// Not ErrNotObtained: no node said the lock is taken, the nodes

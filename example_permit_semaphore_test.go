@@ -56,9 +56,17 @@ func ExampleWithPermitLease() {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
-	slots, _ := locks.NewPermitSemaphore("example:leased", dlock.WithPermitLease(50*time.Millisecond))
+	slots, err := locks.NewPermitSemaphore("example:leased", dlock.WithPermitLease(50*time.Millisecond))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer slots.Delete(ctx)
 	_, _ = slots.TrySetPermits(ctx, 1)
 
@@ -86,10 +94,18 @@ func ExampleWithPermitLease_noLease() {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	slots, _ := locks.NewPermitSemaphore("example:exports", dlock.WithPermitLease(dlock.NoPermitLease))
+	slots, err := locks.NewPermitSemaphore("example:exports", dlock.WithPermitLease(dlock.NoPermitLease))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer slots.Delete(ctx)
 	_, _ = slots.TrySetPermits(ctx, 1)
 	permitCtx, err := slots.Acquire(ctx)
@@ -111,10 +127,18 @@ func ExamplePermitSemaphore_AcquireWithLease() {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	slots, _ := locks.NewPermitSemaphore("example:uploads")
+	slots, err := locks.NewPermitSemaphore("example:uploads")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer slots.Delete(ctx)
 	_, _ = slots.TrySetPermits(ctx, 1)
 	permitCtx, err := slots.AcquireWithLease(ctx, time.Second)
@@ -133,10 +157,18 @@ func ExamplePermitSemaphore_LeaseTime() {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	slots, _ := locks.NewPermitSemaphore("example:reports")
+	slots, err := locks.NewPermitSemaphore("example:reports")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer slots.Delete(ctx)
 	_, _ = slots.TrySetPermits(ctx, 2)
 	leased, _ := slots.AcquireWithLease(ctx, time.Minute)
@@ -160,10 +192,18 @@ func ExamplePermitSemaphore_UpdateLeaseByID() {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	slots, _ := locks.NewPermitSemaphore("example:exports")
+	slots, err := locks.NewPermitSemaphore("example:exports")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer slots.Delete(ctx)
 	_, _ = slots.TrySetPermits(ctx, 3)
 	p, _ := slots.AcquireWithLease(ctx, time.Minute)
@@ -173,9 +213,17 @@ func ExamplePermitSemaphore_UpdateLeaseByID() {
 
 	// Another process (an operator's tool, here a second Client) gives
 	// the permit, known by its id, an hour.
-	ops, _ := dlock.New(rdb)
+	ops, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer ops.Close()
-	opsSlots, _ := ops.NewPermitSemaphore("example:exports")
+	opsSlots, err := ops.NewPermitSemaphore("example:exports")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	id, _ := slots.PermitID(p)
 	if err := opsSlots.UpdateLeaseByID(ctx, id, time.Hour); err != nil {
 		fmt.Println(err)
@@ -195,10 +243,18 @@ func ExamplePermitSemaphore_TryAcquireN() {
 	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	gpus, _ := locks.NewPermitSemaphore("example:gpus")
+	gpus, err := locks.NewPermitSemaphore("example:gpus")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer gpus.Delete(ctx)
 	_, _ = gpus.TrySetPermits(ctx, 4)
 	ids, err := gpus.TryAcquireN(ctx, 3, 10*time.Minute)

@@ -46,9 +46,17 @@ func ExampleRWMutex_downgrade() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
-	rw, _ := locks.NewRWMutex("example:cache")
+	rw, err := locks.NewRWMutex("example:cache")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 
 	// Write the cache, then keep reading it without letting another
 	// writer in between: take the read lock with the write lock context,

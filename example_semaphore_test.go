@@ -56,9 +56,17 @@ func ExampleSemaphore_TryAcquire() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
-	sem, _ := locks.NewSemaphore("example:slots")
+	sem, err := locks.NewSemaphore("example:slots")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer sem.Delete(ctx)
 
 	_ = sem.AddPermits(ctx, 3)
@@ -80,10 +88,18 @@ func ExampleSemaphore_TrySetPermitsWithTTL() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	sem, _ := locks.NewSemaphore("example:window")
+	sem, err := locks.NewSemaphore("example:window")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer sem.Delete(ctx)
 	set, err := sem.TrySetPermitsWithTTL(ctx, 3, time.Hour)
 	fmt.Println(set, err)
@@ -104,10 +120,18 @@ func ExampleSemaphore_ReleaseIfExists() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	sem, _ := locks.NewSemaphore("example:gone")
+	sem, err := locks.NewSemaphore("example:gone")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	sem.Delete(ctx)
 	ok, err := sem.ReleaseIfExists(ctx, 1) // not created again
 	n, _ := sem.AvailablePermits(ctx)
@@ -119,10 +143,18 @@ func ExampleSemaphore_Expire() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
-	sem, _ := locks.NewSemaphore("example:expire")
+	sem, err := locks.NewSemaphore("example:expire")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer sem.Delete(ctx)
 	sem.TrySetPermits(ctx, 1)
 	ok, _ := sem.Expire(ctx, time.Minute)

@@ -55,12 +55,20 @@ func ExampleSpinLock() {
 func ExampleWithBackoff() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
 	l, err := locks.NewSpinLock("example:spin-constant", dlock.WithBackoff(20*time.Millisecond, 20*time.Millisecond))
-	fmt.Println(l.Name(), err)
-	// Output: example:spin-constant <nil>
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(l.Name())
+	// Output: example:spin-constant
 }
 
 // A non-reentrant Mutex refuses a second Lock by the owner that holds it,
@@ -69,7 +77,11 @@ func ExampleWithoutReentry() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, _ := dlock.New(rdb)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer locks.Close()
 
 	m, err := locks.NewMutex("example:non-reentrant", dlock.WithoutReentry())

@@ -6,8 +6,13 @@ package dlockrueidis_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestNoScriptFallback: after SCRIPT FLUSH, the scripts run by EVAL and
@@ -77,4 +82,37 @@ func TestResubscribeWakesWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = holder.Unlock(held) // lost to the DEL; its error does not matter here
+}
+
+// TestRunOnceErrorReplyIsNotNoReply: the rueidis driver's RunOnce, as
+// the go-redis transport's, reports an error reply as Redis's error, not
+// as ErrNoReply (which says the operation may have been applied): here
+// WRONGTYPE, the semaphore's key being a hash.
+func TestRunOnceErrorReplyIsNotNoReply(t *testing.T) {
+	ctx := boundedCtx(t, 30*time.Second)
+	name := testName(t)
+	admin := newRedis(t)
+	if err := admin.HSet(ctx, name, "f", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Del(context.Background(), name) })
+	s := must(newClient(t).NewSemaphore(name))
+	for _, op := range []struct {
+		what string
+		call func() error
+	}{
+		{"Release", func() error { return s.Release(ctx, 1) }},
+		{"TryAcquire", func() error { _, err := s.TryAcquire(ctx, 1); return err }},
+	} {
+		err := op.call()
+		var reply redis.Error
+		switch {
+		case err == nil:
+			t.Errorf("%s of a hash key: no error", op.what)
+		case errors.Is(err, dlock.ErrNoReply):
+			t.Errorf("%s of a hash key: %v, an error reply reported as ErrNoReply", op.what, err)
+		case !errors.As(err, &reply) || !strings.Contains(reply.Error(), "WRONGTYPE"):
+			t.Errorf("%s of a hash key: %v, want Redis's WRONGTYPE reply", op.what, err)
+		}
+	}
 }

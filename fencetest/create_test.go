@@ -194,3 +194,87 @@ func awaitLockWait(t *testing.T, ctx context.Context, db *sql.DB, fence dlock.SQ
 		}
 	}
 }
+
+// TestCreateKeepsCallersLockTimeout: the lock_timeout that Create sets
+// for adding the holder column is its own. A caller who runs Create in
+// its transaction after SET LOCAL lock_timeout reads its own value
+// afterwards (its later statements keep their bound), and a session's
+// lock_timeout is the same after Create as before, in a transaction
+// and out of one.
+func TestCreateKeepsCallersLockTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := pg.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// legacy makes a fence table of an earlier dlock (no holder column),
+	// so that Create takes the path that sets lock_timeout.
+	legacy := func(suffix string) dlock.SQLFence {
+		fence := dlock.SQLFence{Table: fmt.Sprintf("fence_lt%s_%d", suffix, time.Now().UnixNano())}
+		if _, err := db.ExecContext(ctx, "CREATE TABLE "+fence.Table+" (resource text PRIMARY KEY, token bigint NOT NULL)"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.ExecContext(context.Background(), "DROP TABLE "+fence.Table) })
+		return fence
+	}
+	show := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) string {
+		t.Helper()
+		var v string
+		if err := q.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	hasHolder := func(fence dlock.SQLFence) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, "SELECT holder FROM "+fence.Table); err != nil {
+			t.Fatalf("Create did not add the holder column: %v", err)
+		}
+	}
+
+	// A session value, then Create in a transaction with its own.
+	if _, err := conn.ExecContext(ctx, "SET lock_timeout = '5s'"); err != nil {
+		t.Fatal(err)
+	}
+	fence := legacy("tx")
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '7s'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Create(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(tx); got != "7s" {
+		t.Errorf("lock_timeout in the caller's transaction after Create: %s, want the caller's 7s", got)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	hasHolder(fence)
+	if got := show(conn); got != "5s" {
+		t.Errorf("the session's lock_timeout after a transaction that ran Create: %s, want 5s", got)
+	}
+
+	// Create out of a transaction: each statement its own.
+	fence = legacy("auto")
+	if err := fence.Create(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	hasHolder(fence)
+	if got := show(conn); got != "5s" {
+		t.Errorf("the session's lock_timeout after Create: %s, want 5s", got)
+	}
+}

@@ -1549,6 +1549,79 @@ m "send: a late refusal marked as the aside bound" send.go \
   'if actx.Err() != nil && isTimeout(err) {' \
   'if actx.Err() != nil && err != nil {' \
   . '^(TestAsideBoundMarksOnlyTimeouts)$'
+# Create's lock_timeout is its own (set_config local, given back): a
+# caller that runs Create in its transaction keeps its own bound for its
+# later statements, and a session keeps its lock_timeout.
+m "SQL fence Create keeps its lock_timeout in the caller's tx" fence.go \
+  "
+    PERFORM set_config('lock_timeout', previous, true);" \
+  '' \
+  ./fencetest '^(TestCreateKeepsCallersLockTimeout)$'
+m "SQL fence Create sets lock_timeout for the session" fence.go \
+  "PERFORM set_config('lock_timeout', '\` + fenceAlterLockTimeout + \`', true);" \
+  "PERFORM set_config('lock_timeout', '\` + fenceAlterLockTimeout + \`', false);" \
+  ./fencetest '^(TestCreateKeepsCallersLockTimeout)$'
+# Watchdog holds and fixed-lease holds renewed by the same script are two
+# renewal groups: one script call sets one lease, that of the first
+# entry, so in one group a fixed lease would be cut or raised to the
+# watchdog timeout, or a watchdog hold only checked until it runs out.
+m "renew: watchdog and fixed-lease holds in one group" renew.go \
+  '	if !hd.watchdog {
+		g += ":fixed"
+	}' \
+  '' \
+  . '^(TestWatchdogAndFixedLeaseOnOneClient)$'
+# An error reply to a script that must run at most once (RunOnce) is a
+# reply: Redis's error (WRONGTYPE), not ErrNoReply, which tells the
+# caller the operation may have been applied. On both drivers.
+m "RunOnce: an error reply wrapped as ErrNoReply" internal/transport/transport.go \
+  'if err != nil && !isReply(err) && !NotSent(err) && !errors.Is(err, ErrUnreachable) {' \
+  'if err != nil && !NotSent(err) && !errors.Is(err, ErrUnreachable) {' \
+  . '^(TestRunOnceErrorReplyIsNotNoReply)$'
+m "rueidis: RunOnce wraps an error reply as ErrNoReply" dlockrueidis/driver.go \
+  'if err != nil && !isReply(err) && !transport.NotSent(err) {' \
+  'if err != nil && !transport.NotSent(err) {' \
+  ./dlockrueidis '^(TestRunOnceErrorReplyIsNotNoReply)$'
+# A healthy idle connection is pinged and kept: a reader that took its
+# silence for a frozen server would reopen it every few seconds, and
+# wake every waiter for a message it may have missed each time.
+m "hub: the answer to a ping is forgotten" internal/pubsub/hub.go \
+  '			pinged, failures = false, 0' \
+  '			failures = 0' \
+  ./internal/pubsub '^(TestIdleConnectionKept)$'
+m "hub: a silent connection is not pinged" internal/pubsub/hub.go \
+  '			_ = s.ps.Ping(ctx)
+' \
+  '' \
+  ./internal/pubsub '^(TestIdleConnectionKept)$'
+# The rueidis driver reports a refused SUBSCRIBE (NOPERM) to the hub,
+# which logs it, as go-redis's PubSub does: dropped, the waiters would
+# wait for a confirmation that never comes, and nobody would know why.
+m "rueidis: a refused SUBSCRIBE is dropped" dlockrueidis/pubsub.go \
+  '			case isReply(err):
+				p.push(dc, err)
+' \
+  '' \
+  ./dlockrueidis '^(TestSubscriptionRefusedIsLogged)$'
+# A waiter that leaves from the middle of the fair queue moves up only
+# the waiters behind it: an earlier deadline for the head (or any waiter
+# ahead) has it dropped for dead that much sooner.
+m "fair: a mid-queue leave moves every deadline up" internal/scripts/fair_leave.lua \
+  "shiftAll(KEYS[3], -wait, behind, nil)" \
+  "shiftAll(KEYS[3], -wait, nil, nil)" \
+  . '^(TestFairMidQueueLeaveMovesOnlyThoseBehind)$'
+m "fair: a leave moves up the waiter ahead of it" internal/scripts/fair_leave.lua \
+  "for i = at + 1, #queue do" \
+  "for i = at - 1, #queue do" \
+  . '^(TestFairMidQueueLeaveMovesOnlyThoseBehind)$'
+# WithBackoff takes initial == most (Redisson's ConstantBackOff). The
+# Examples check their constructors' errors: a refused option fails
+# ExampleWithBackoff with the error as its output, instead of a nil
+# dereference that panics the whole test binary.
+m "spin: a constant backoff refused" spin.go \
+  'c.spinMax < c.spinInitial ||' \
+  'c.spinMax <= c.spinInitial ||' \
+  . '^(ExampleWithBackoff)$'
 
 # A holder resumed after a pause past its lease looks at its lock context
 # before the expiry timer runs: the look itself must find the lease over
