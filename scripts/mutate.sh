@@ -1605,6 +1605,16 @@ m "contract: Skip ignored" internal/contract/contract.go \
   'if why, ok := topo.Skip[c.name]; ok {' \
   'if why, ok := topo.Skip[c.name]; ok && false {' \
   ./dlocktest '^TestContract$/^Embedded$/^Mutex$/^MissedNotice$'
+# dlock demo without redis-server on PATH runs on the embedded server...
+m "demo: no embedded fallback" cmd/dlock/cmd_demo.go \
+  'if errors.Is(err, redisserver.ErrNotFound) {' \
+  'if false && errors.Is(err, redisserver.ErrNotFound) {' \
+  ./cmd/dlock '^(TestDemoEmbedded)$'
+# ...whose keys expire in real time: the crashed job's lock runs out.
+m "demo: embedded keys never expire" cmd/dlock/demo_embedded.go \
+  'm.ClockTTL(true)' \
+  'm.ClockTTL(false)' \
+  ./cmd/dlock '^(TestDemoEmbedded)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {
