@@ -1,7 +1,8 @@
-# dlock: make demo runs the demo against a throwaway redis-server, make test
-# lints (gofmt, go vet, staticcheck) and tests every module (dlock, bench/,
-# dlockotel/, dlockrueidis/, fencetest/, verify/). Both install Debian's
-# Redis packages when missing; make test also PostgreSQL's (fencetest/
+# dlock: make demo runs the demo against a throwaway redis-server, or, with
+# none on PATH, on an embedded Redis-compatible server (no install needed).
+# make test lints (gofmt, go vet, staticcheck) and tests every module (dlock,
+# bench/, dlockotel/, dlockrueidis/, dlocktest/, fencetest/, verify/); it
+# installs Debian's Redis packages when missing, PostgreSQL's (fencetest/
 # starts a server) and iproute2 (verify/ builds network namespaces), as
 # make verify does.
 
@@ -42,7 +43,9 @@ netns:
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iproute2 >/dev/null; }
 
-demo: redis
+# demo installs nothing: without redis-server on PATH the demo runs on the
+# embedded server (cmd/dlock/demo_embedded.go) and says so.
+demo:
 	$(GO) run ./cmd/dlock demo
 
 # MODULES are the directories with a go.mod: dlock itself and the modules

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestModulesUsableOnceTagged: dlockotel's go.mod must work as a
+// TestModulesUsableOnceTagged: dlockotel's go.mod (and dlocktest's) must work as a
 // dependency once the release is tagged. Go ignores a dependency's
 // replace directives, so it must have none, and must require dlock at the
 // version the release tags (vX.Y.Z, not a placeholder pseudo-version). A
@@ -24,20 +24,29 @@ func TestModulesUsableOnceTagged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gomod, err := os.ReadFile(filepath.Join(root, "dlockotel", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if regexp.MustCompile(`(?m)^\s*replace\b`).Match(gomod) {
-		t.Errorf("dlockotel/go.mod has a replace directive, which Go ignores in a dependency:\n%s", gomod)
-	}
-	m := regexp.MustCompile(`(?m)^\s*github\.com/dlock-go/dlock (\S+)`).FindSubmatch(gomod)
-	if m == nil {
-		t.Fatal("dlockotel/go.mod does not require github.com/dlock-go/dlock")
-	}
-	version := string(m[1])
-	if !regexp.MustCompile(`^v\d+\.\d+\.\d+$`).MatchString(version) {
-		t.Fatalf("dlockotel/go.mod requires dlock %s, not a version a release tags (vX.Y.Z)", version)
+	// The published modules beside dlock: the same rules for each
+	// (dlocktest's scratch-module build is its own TestUserModule).
+	var version string
+	for _, mod := range []string{"dlockotel", "dlocktest"} {
+		gomod, err := os.ReadFile(filepath.Join(root, mod, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if regexp.MustCompile(`(?m)^\s*replace\b`).Match(gomod) {
+			t.Errorf("%s/go.mod has a replace directive, which Go ignores in a dependency:\n%s", mod, gomod)
+		}
+		m := regexp.MustCompile(`(?m)^\s*github\.com/dlock-go/dlock (\S+)`).FindSubmatch(gomod)
+		if m == nil {
+			t.Fatalf("%s/go.mod does not require github.com/dlock-go/dlock", mod)
+		}
+		v := string(m[1])
+		if !regexp.MustCompile(`^v\d+\.\d+\.\d+$`).MatchString(v) {
+			t.Fatalf("%s/go.mod requires dlock %s, not a version a release tags (vX.Y.Z)", mod, v)
+		}
+		if version != "" && v != version {
+			t.Errorf("%s/go.mod requires dlock %s, dlockotel/go.mod %s: the modules are tagged together", mod, v, version)
+		}
+		version = v
 	}
 
 	dir := t.TempDir()

@@ -1738,6 +1738,74 @@ m "fence: a sub-millisecond ttl writes a key that never expires" fence.go \
 ' \
   '' \
   . '^(TestFencedSetSubMillisecondTTL)$'
+# dlocktest's FastForward runs leases out on the embedded server: the
+# keys' TTLs shrink, and a holder's watchdog then finds its lock gone.
+m "kit: FastForward moves no TTL" dlocktest/dlocktest.go \
+  's.mr.FastForward(d)' \
+  's.mr.FastForward(0)' \
+  ./dlocktest '^(TestTakeWaitLose)$'
+# ...and TIME with them, so that what scripts date by TIME (a permit's
+# lease) runs out too.
+m "kit: FastForward leaves TIME behind" dlocktest/dlocktest.go \
+  's.ahead.Add(int64(d))' \
+  's.ahead.Add(0)' \
+  ./dlocktest '^(TestFastForwardMovesTime)$'
+# Keys expire in real time on the embedded server, as on Redis, not only
+# on FastForward (miniredis's default).
+m "kit: keys expire only on FastForward" dlocktest/dlocktest.go \
+  'mr.ClockTTL(true)' \
+  'mr.ClockTTL(false)' \
+  ./dlocktest '^(TestLeaseRunsOutInRealTime)$'
+# What the embedded server cannot honour fails at once, naming the
+# limitation: WAIT (WithReplicaSync), a cluster client.
+m "kit: WAIT answered with 0 replicas" dlocktest/dlocktest.go \
+  '"WAIT":         "' \
+  '"WAITX":        "' \
+  ./dlocktest '^(TestUnsupported)$'
+m "kit: a one-node cluster faked" dlocktest/dlocktest.go \
+  '"CLUSTER":      "' \
+  '"CLUSTERX":     "' \
+  ./dlocktest '^(TestUnsupported)$'
+# No sharded subscription exists there: PUBSUB SHARD* answer "none", as
+# the contract suite's checks of subscribers need.
+m "kit: sharded pub/sub counts refused" dlocktest/dlocktest.go \
+  'case "SHARDCHANNELS":' \
+  'case "SHARDCHANNELS-":' \
+  ./dlocktest '^TestContract$/^Embedded$/^Mutex$/^Reentrancy$'
+# Stop cuts the server off (ErrUnreachable), and Restart brings back the
+# kit's server, hook included.
+m "kit: Stop leaves the server up" dlocktest/dlocktest.go \
+  's.stopped = true
+	s.mr.Close()' \
+  's.stopped = true' \
+  ./dlocktest '^(TestOutage)$'
+m "kit: Restart without the hook" dlocktest/dlocktest.go \
+  's.mr.Server().SetPreHook(s.hook)
+	s.stopped = false' \
+  's.stopped = false' \
+  ./dlocktest '^(TestOutage)$'
+# On a real server (DLOCK_TEST_REDIS_URL) the time-travel helpers skip
+# the test, saying so.
+m "kit: helpers run on a real server" dlocktest/dlocktest.go \
+  'if s.mr == nil {' \
+  'if s.mr == nil && false {' \
+  ./dlocktest '^(TestRealServer)$'
+# The contract suite skips, with the reason, the tests a deployment
+# cannot run (MissedNotice on the embedded server: no CLIENT KILL).
+m "contract: Skip ignored" internal/contract/contract.go \
+  'if why, ok := topo.Skip[c.name]; ok {' \
+  'if why, ok := topo.Skip[c.name]; ok && false {' \
+  ./dlocktest '^TestContract$/^Embedded$/^Mutex$/^MissedNotice$'
+# dlock demo without redis-server on PATH runs on the embedded server...
+m "demo: no embedded fallback" cmd/dlock/cmd_demo.go \
+  'if errors.Is(err, redisserver.ErrNotFound) {' \
+  'if false && errors.Is(err, redisserver.ErrNotFound) {' \
+  ./cmd/dlock '^(TestDemoEmbedded)$'
+# ...whose keys expire in real time: the crashed job's lock runs out.
+m "demo: embedded keys never expire" cmd/dlock/demo_embedded.go \
+  'm.ClockTTL(true)' \
+  'm.ClockTTL(false)' \
+  ./cmd/dlock '^(TestDemoEmbedded)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

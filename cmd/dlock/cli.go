@@ -29,7 +29,7 @@ Usage:
   dlock elect [flags] NAME [--] COMMAND      run COMMAND while elected leader of NAME
   dlock leader [--watch] [flags] NAME        show the leader of NAME (and each change)
   dlock deadlocks [flags]                    find wait-for cycles among owners across processes
-  dlock demo [flags]                         a live demo on a throwaway redis-server
+  dlock demo [flags]                         a live demo on a throwaway Redis server
   dlock version [--json]                     print version information (also --version, -V)
   dlock help [COMMAND | TOPIC]               show the help of COMMAND, or of TOPIC:
     connection   --redis URL forms, $DLOCK_REDIS_URL and $REDIS_URL, Cluster,

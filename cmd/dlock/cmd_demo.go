@@ -30,12 +30,14 @@ who, what), in about 6 seconds:
   3. a fair lock serves its waiters in the order they came
   4. readers share a read-write lock while a writer waits for them
 
-Without --redis the demo starts a throwaway redis-server (it must be on
-PATH) on a unix socket in a temporary directory, and removes both at the
-end. With --redis it uses keys under "dlock-demo:" and deletes them after.
+Without --redis the demo starts a throwaway redis-server on a unix socket
+in a temporary directory, and removes both at the end; with no
+redis-server on PATH it runs on an embedded Redis-compatible server
+(miniredis) instead, and says so. With --redis it uses keys under
+"dlock-demo:" and deletes them after.
 
 Flags:
-  --redis URL   use this Redis instead of a throwaway redis-server
+  --redis URL   use this Redis instead of a throwaway server
 `
 
 // demoPrefix starts the name of every key the demo writes on a given
@@ -78,17 +80,11 @@ func (c *cli) demoCmd(ctx context.Context, args []string) error {
 	defer stop()
 	d := &demo{out: c.stdout, start: time.Now(), prefix: "demo:", log: c.log().slogger()}
 	if eps == nil {
-		// A throwaway redis-server on a unix socket, which needs no free port.
-		srv, err := redisserver.Start(ctx, redisserver.Config{Unix: true, TempPrefix: "dlock-demo-"})
-		if errors.Is(err, redisserver.ErrNotFound) {
-			err = fmt.Errorf("%w, or give --redis", err)
+		var closeServer func()
+		if eps, closeServer, err = d.throwaway(ctx); err != nil {
+			return err
 		}
-		if err != nil {
-			return exitf(exitFailure, "demo: %v", err)
-		}
-		defer srv.Close()
-		fmt.Fprintf(d.out, "dlock demo: a throwaway redis-server on %s (removed at the end)\n", srv.Addr())
-		eps = []endpoint{{display: "unix://" + srv.Addr(), open: func() redis.UniversalClient { return srv.Client() }}}
+		defer closeServer()
 	} else {
 		// On a shared server a random part keeps two demos apart.
 		b := make([]byte, 3)
@@ -125,6 +121,31 @@ func (c *cli) demoCmd(ctx context.Context, args []string) error {
 	fmt.Fprintf(d.out, "\nDone in %.1fs. Next: \"dlock run NAME COMMAND\" runs a command under a lock,\n", time.Since(d.start).Seconds())
 	fmt.Fprintln(d.out, `"dlock status NAME" shows who holds it; "dlock help" has the rest.`)
 	return nil
+}
+
+// throwaway starts the demo's own server and says which in one line: a
+// redis-server on a unix socket in a temporary directory (it needs no
+// free port), or, when none is on PATH, the embedded server
+// (demo_embedded.go), so that the demo needs nothing installed. The
+// function it returns stops the server and removes what it made.
+func (d *demo) throwaway(ctx context.Context) ([]endpoint, func(), error) {
+	srv, err := redisserver.Start(ctx, redisserver.Config{Unix: true, TempPrefix: "dlock-demo-"})
+	if errors.Is(err, redisserver.ErrNotFound) {
+		emb, err := embeddedServer()
+		if err != nil {
+			return nil, nil, exitf(exitFailure, "demo: no redis-server on PATH, and %v; give --redis", err)
+		}
+		fmt.Fprintf(d.out, "dlock demo: no redis-server on PATH, so on an embedded Redis-compatible server (miniredis) on %s\n", emb.Addr())
+		opt := &redis.Options{Addr: emb.Addr()}
+		open := func() redis.UniversalClient { return redis.NewClient(opt) }
+		return []endpoint{{display: "redis://" + emb.Addr(), open: open}}, emb.Close, nil
+	}
+	if err != nil {
+		return nil, nil, exitf(exitFailure, "demo: %v", err)
+	}
+	fmt.Fprintf(d.out, "dlock demo: a throwaway redis-server on %s (removed at the end)\n", srv.Addr())
+	open := func() redis.UniversalClient { return srv.Client() }
+	return []endpoint{{display: "unix://" + srv.Addr(), open: open}}, func() { _ = srv.Close() }, nil
 }
 
 // demo is one run of the demo: its Redis, its output and the Clients it

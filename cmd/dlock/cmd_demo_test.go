@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -81,6 +82,35 @@ func TestDemo(t *testing.T) {
 	// The upper bound only catches a demo that hangs.
 	if secs, err := strconv.ParseFloat(s[1], 64); err != nil || secs < 4.5 || secs > 30 {
 		t.Errorf("the demo took %ss; its help and the README say about %d s", s[1], demoSeconds(t))
+	}
+}
+
+// TestDemoEmbedded: with no redis-server on PATH, the demo runs every
+// scene on the embedded server and says so in one line, as on a machine
+// where Redis was never installed.
+func TestDemoEmbedded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes about 10 s")
+	}
+	cmd := exec.Command(dlockBin, "demo")
+	// An empty directory as PATH: no redis-server to find.
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cmd); code != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	checkDemo(t, out)
+	const says = "dlock demo: no redis-server on PATH, so on an embedded Redis-compatible server (miniredis) on "
+	if !strings.HasPrefix(out, says) || strings.Count(out, "embedded") != 1 {
+		t.Errorf("the demo does not say once, first, that it runs on the embedded server:\n%s", out)
+	}
+	if stderr.String() != "" {
+		t.Errorf("stderr %q", stderr.String())
 	}
 }
 
