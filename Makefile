@@ -1,14 +1,15 @@
 # dlock: make demo runs the demo against a throwaway redis-server, make test
 # lints (gofmt, go vet, staticcheck) and tests every module (dlock, bench/,
-# dlockotel/, dlockrueidis/, fencetest/, verify/). Both install Debian's
-# Redis packages when missing; make test also PostgreSQL's (fencetest/
-# starts a server) and iproute2 (verify/ builds network namespaces), as
-# make verify does.
+# dlockotel/, dlockrueidis/, fencetest/, uitest/, verify/). Both install
+# Debian's Redis packages when missing; make test also PostgreSQL's
+# (fencetest/ starts a server), chromium (uitest/ drives dlock ui's page
+# in it) and iproute2 (verify/ builds network namespaces), as make verify
+# does.
 
 GO ?= go
 REDIS_PKGS := redis-server redis-sentinel redis-tools tmux
 
-.PHONY: all demo test bench soak verify mutate lint redis postgres netns
+.PHONY: all demo test bench soak verify mutate lint redis postgres chromium netns
 
 # STATICCHECK runs staticcheck at a fixed version, built from the Go module
 # proxy on first use and cached by the go command afterwards.
@@ -33,6 +34,14 @@ postgres:
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 
+# chromium installs Debian's chromium when /usr/bin/chromium is missing:
+# uitest/ loads dlock ui's page in it, headless, through chromedp.
+chromium:
+	@test -x /usr/bin/chromium || { \
+		echo "installing chromium"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
 # netns installs iproute2 with apt-get when ip is not on PATH: verify/
 # builds its networks from namespaces, veth pairs and blackhole routes, all
 # iproute2 (no iptables).
@@ -49,7 +58,7 @@ demo: redis
 # beside it (bench/, ...), each vetted and tested on its own.
 MODULES := $(sort $(dir $(shell find . -name go.mod -not -path '*/.*' -not -path '*/testdata/*')))
 
-test: redis postgres netns lint
+test: redis postgres chromium netns lint
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
 		( cd $$m && $(GO) test -race -timeout 20m ./... ); \
