@@ -385,3 +385,36 @@ func TestUINoPassword(t *testing.T) {
 		t.Error("the masked URL is not shown")
 	}
 }
+
+// TestUIClusterAndSentinel: the console samples a cluster (every master)
+// and a sentinel-watched master, given by their URLs, as dlock list does.
+func TestUIClusterAndSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and a sentinel group")
+	}
+	cluster := redistest.NewCluster(t)
+	sentinel := redistest.NewSentinel(t)
+	addrs, sentinels := cluster.Addrs(), sentinel.SentinelAddrs()
+	for _, tc := range []struct{ mode, url string }{
+		{"cluster", "redis://" + addrs[0] + "?addr=" + addrs[1] + "&addr=" + addrs[2]},
+		{"sentinel", "redis://" + sentinels[0] + "?master_name=" + sentinel.MasterName() + "&addr=" + sentinels[1]},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			names := []string{"ui:" + tc.mode + ":a", "ui:" + tc.mode + ":b", "ui:" + tc.mode + ":c"}
+			for _, name := range names {
+				dlockProcess(t, "hold", "--redis", tc.url, name)
+			}
+			u := startUI(t, map[string]string{"DLOCK_REDIS_URL": tc.url})
+			eventually(t, 10*time.Second, func() error {
+				locks := u.state(t, "ui:"+tc.mode+":")
+				if len(locks) != len(names) {
+					return fmt.Errorf("%d locks, want %d", len(locks), len(names))
+				}
+				return nil
+			})
+			if _, body := u.get(t, "/api/state"); !strings.Contains(body, `"mode":"`+tc.mode+`"`) {
+				t.Errorf("state does not say mode %s", tc.mode)
+			}
+		})
+	}
+}
