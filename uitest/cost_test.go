@@ -37,13 +37,17 @@ func TestConsoleCost(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	fill(t, rdb, n)
 	const window = 20 * time.Second
+	pings := pingEvery(rdb, 10*time.Millisecond)
 	idle := cpuOver(t, rdb, window)
+	idleLat := pings()
 	base := startConsoleOn(t, srv.Addr(), "1s")
 	ctx := browser(t)
 	ok(t, chromedp.Do(ctx, chromedp.Navigate(base+"/")))
 	within(t, ctx, 2*time.Minute, "first sample", chromedp.WaitVisible(css(`tr[data-lock="cost:lock:000000"]`)))
 	calls0 := totalCalls(t, rdb)
+	pings = pingEvery(rdb, 10*time.Millisecond)
 	busy := cpuOver(t, rdb, window)
+	lat := pings()
 	calls := totalCalls(t, rdb) - calls0
 	var shown []time.Duration
 	for i := range 3 {
@@ -53,6 +57,43 @@ func TestConsoleCost(t *testing.T) {
 	t.Logf("%d lock keys: Redis CPU %.1f%% idle, %.1f%% with the console and one page (%.2f s of CPU per s over %v); %d commands per second",
 		n, idle*100, busy*100, busy, window, int(float64(calls)/window.Seconds()))
 	t.Logf("sample (scan) times: %v; a lock taken shows on the page after %v", scans, shown)
+	t.Logf("another client's PING every 10ms: idle %s; with the console %s", latText(idleLat), latText(lat))
+}
+
+// latText summarises sorted round trips.
+func latText(lat []time.Duration) string {
+	if len(lat) == 0 {
+		return "none"
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+	return fmt.Sprintf("p50 %v, p99 %v, max %v", r(lat[len(lat)/2]), r(lat[len(lat)*99/100]), r(lat[len(lat)-1]))
+}
+
+// pingEvery PINGs Redis every interval, as another client of Redis
+// would, until the returned func is called; that returns the round trips
+// seen, sorted.
+func pingEvery(rdb *redis.Client, interval time.Duration) func() []time.Duration {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan []time.Duration)
+	go func() {
+		var lat []time.Duration
+		for ctx.Err() == nil {
+			start := time.Now()
+			if rdb.Ping(ctx).Err() == nil {
+				lat = append(lat, time.Since(start))
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(interval):
+			}
+		}
+		slices.Sort(lat)
+		done <- lat
+	}()
+	return func() []time.Duration {
+		cancel()
+		return <-done
+	}
 }
 
 // fill writes n held locks with a pipeline, 1000 a round trip.
