@@ -137,8 +137,9 @@ func within(t *testing.T, ctx context.Context, d time.Duration, what string, act
 
 // TestConsole loads the console in chromium: a lock taken shows within
 // 2 s and goes within 2 s of its release, the deadlock cycle is drawn,
-// and a force-unlock on the read-only console is refused with 403 and
-// leaves the lock held. It saves a screenshot of the page.
+// a force-unlock on the read-only console is refused with 403 and leaves
+// the lock held, and the prefix filter narrows the page. It saves a
+// screenshot of the page.
 func TestConsole(t *testing.T) {
 	start := time.Now()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
@@ -166,6 +167,9 @@ func TestConsole(t *testing.T) {
 	}
 	screenshot(t, ctx)
 	refusedWrite(t, ctx, rdb)
+	within(t, ctx, 5*time.Second, "filter by prefix", chromedp.SendKeys(css(`#prefix`), "shipping:"),
+		chromedp.WaitNotPresent(css(`tr[data-lock="billing:account:42"]`)),
+		chromedp.WaitVisible(css(`tr[data-lock="shipping:label-printer"]`)))
 	t.Logf("browser test took %v", time.Since(start).Round(time.Millisecond))
 }
 
