@@ -1,15 +1,15 @@
 # dlock: make demo runs the demo against a throwaway redis-server, or, with
 # none on PATH, on an embedded Redis-compatible server (no install needed).
 # make test lints (gofmt, go vet, staticcheck) and tests every module (dlock,
-# bench/, dlockotel/, dlockrueidis/, dlocktest/, fencetest/, verify/); it
-# installs Debian's Redis packages when missing, PostgreSQL's (fencetest/
-# starts a server) and iproute2 (verify/ builds network namespaces), as
-# make verify does.
+# bench/, dlockotel/, dlockrueidis/, dlocktest/, fencetest/, uitest/,
+# verify/); it installs Debian's Redis packages when missing, PostgreSQL's
+# (fencetest/ starts a server), chromium (uitest/ drives dlock ui's page in
+# it) and iproute2 (verify/ builds network namespaces), as make verify does.
 
 GO ?= go
 REDIS_PKGS := redis-server redis-sentinel redis-tools tmux
 
-.PHONY: all demo test bench soak verify mutate lint redis postgres netns
+.PHONY: all demo test bench soak verify mutate lint redis postgres chromium netns
 
 # STATICCHECK runs staticcheck at a fixed version, built from the Go module
 # proxy on first use and cached by the go command afterwards.
@@ -34,6 +34,14 @@ postgres:
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 
+# chromium installs Debian's chromium when /usr/bin/chromium is missing:
+# uitest/ loads dlock ui's page in it, headless, through chromedp.
+chromium:
+	@test -x /usr/bin/chromium || { \
+		echo "installing chromium"; \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
 # netns installs iproute2 with apt-get when ip is not on PATH: verify/
 # builds its networks from namespaces, veth pairs and blackhole routes, all
 # iproute2 (no iptables).
@@ -52,7 +60,7 @@ demo:
 # beside it (bench/, ...), each vetted and tested on its own.
 MODULES := $(sort $(dir $(shell find . -name go.mod -not -path '*/.*' -not -path '*/testdata/*')))
 
-test: redis postgres netns lint
+test: redis postgres chromium netns lint
 	@set -e; for m in $(MODULES); do \
 		echo "== $$m"; \
 		( cd $$m && $(GO) test -race -timeout 20m ./... ); \

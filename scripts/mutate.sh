@@ -908,8 +908,8 @@ m "status: a never-seen dlock waiter shown as gone" cmd/dlock/holders.go \
   ./cmd/dlock '^(TestStatusNamesWaiters)$'
 # dlock list and top show a free fair lock that has a queue.
 m "list: a lock with only a queue not listed" cmd/dlock/cmd_list.go \
-  'if st.Locked || len(st.Queue) > 0 {' \
-  'if st.Locked {' \
+  'if st.Name != "" && (st.Locked || len(st.Queue) > 0) {' \
+  'if st.Name != "" && st.Locked {' \
   ./cmd/dlock '^(TestClearQueue)$'
 # The batcher keeps at most maxOnWire (2) batches or lone scripts of a
 # Client on the wire; the others wait and go out together.
@@ -1806,6 +1806,72 @@ m "demo: embedded keys never expire" cmd/dlock/demo_embedded.go \
   'm.ClockTTL(true)' \
   'm.ClockTTL(false)' \
   ./cmd/dlock '^(TestDemoEmbedded)$'
+
+# dlock list reads locks in batches: each lock's replies are its own.
+m "list: a batch decodes one lock's replies for all" cmd/dlock/inspect.go \
+  'st, err := cmds[i].decode(ctx, rdb, name)' \
+  'st, err := cmds[i*0].decode(ctx, rdb, name)' \
+  ./cmd/dlock '^(TestListGolden)$'
+# dlock ui is read-only unless started with --allow-writes...
+m "ui: writes allowed without --allow-writes" cmd/dlock/ui_http.go \
+  'if !u.writes {' \
+  'if false {' \
+  ./cmd/dlock '^(TestUIWritesRefused|TestUIClearQueue)$'
+# ...and then a write needs the token printed at start...
+m "ui: a write without the token" cmd/dlock/ui_http.go \
+  'if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(u.token)) != 1 {' \
+  'if got == "" && subtle.ConstantTimeCompare([]byte(got), []byte(u.token)) != 1 {' \
+  ./cmd/dlock '^(TestUIWritesRefused)$'
+# ...from the page itself: not a cross-site request...
+m "ui: a cross-site write" cmd/dlock/ui_http.go \
+  'if err := u.cop.Check(r); err != nil {' \
+  'if err := u.cop.Check(r); false && err != nil {' \
+  ./cmd/dlock '^(TestUIWritesRefused)$'
+# ...nor one whose Origin is another site's.
+m "ui: another origin's write" cmd/dlock/ui_http.go \
+  'if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {' \
+  'if o := r.Header.Get("Origin"); false && o != "http://"+r.Host {' \
+  ./cmd/dlock '^(TestUIWritesRefused)$'
+# dlock ui binds loopback unless --listen says otherwise...
+m "ui: listens beyond loopback by default" cmd/dlock/cmd_ui.go \
+  'const defaultUIListen = "127.0.0.1:7070"' \
+  'const defaultUIListen = ":7070"' \
+  ./cmd/dlock '^(TestUILoopbackByDefault)$'
+# ...and there refuses a Host that a DNS rebinding page would send.
+m "ui: a rebound Host served" cmd/dlock/ui_http.go \
+  'if !u.anyHost && !loopbackHost(r.Host) {' \
+  'if false {' \
+  ./cmd/dlock '^(TestUILoopbackByDefault)$'
+# The page shows the Redis URL with its password masked.
+m "ui: the Redis URL shown unmasked" cmd/dlock/connect.go \
+  'm.User = url.UserPassword(m.User.Username(), masked)' \
+  'm.User = u.User' \
+  ./cmd/dlock '^(TestUINoPassword)$'
+# Every sample reaches every viewer's event stream.
+m "ui: samples not pushed" cmd/dlock/ui_sampler.go \
+  'close(u.changed)' \
+  '_ = u.changed' \
+  ./cmd/dlock '^(TestUIEventsPush)$'
+# The charts infer nothing from the first sample: its holds began before.
+m "ui: the first sample's holders counted" cmd/dlock/ui_history.go \
+  'if n > 0 && h.samples > 0 {' \
+  'if n > 0 {' \
+  ./cmd/dlock '^(TestUIHistoryInfers)$'
+# A new fencing token under the same holder is an acquisition...
+m "ui: a re-acquisition under the same holder missed" cmd/dlock/ui_history.go \
+  'ok && old != *st.Token && n == 0 {' \
+  'ok && old != *st.Token && n == 0 && false {' \
+  ./cmd/dlock '^(TestUIHistoryInfers)$'
+# ...and a waiter queued before the first sample has no known start.
+m "ui: a wait of unknown start measured" cmd/dlock/ui_history.go \
+  'if _, ok := queued[k]; !ok && !t.Equal(h.first) {' \
+  'if _, ok := queued[k]; !ok {' \
+  ./cmd/dlock '^(TestUIHistoryInfers)$'
+# The deadlock graph escapes lock names, which anyone may write.
+m "ui: lock names unescaped in the graph" cmd/dlock/ui_svg.go \
+  'waits for %s</text>`, mx, my+bend*1.45+4, html.EscapeString(shorten(lock)))' \
+  'waits for %s</text>`, mx, my+bend*1.45+4, shorten(lock))' \
+  ./cmd/dlock '^(TestUIDeadlockSVG)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

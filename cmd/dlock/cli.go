@@ -29,6 +29,7 @@ Usage:
   dlock elect [flags] NAME [--] COMMAND      run COMMAND while elected leader of NAME
   dlock leader [--watch] [flags] NAME        show the leader of NAME (and each change)
   dlock deadlocks [flags]                    find wait-for cycles among owners across processes
+  dlock ui [--listen ADDR] [--allow-writes]  an operator's web console: live locks, charts
   dlock demo [flags]                         a live demo on a throwaway Redis server
   dlock version [--json]                     print version information (also --version, -V)
   dlock help [COMMAND | TOPIC]               show the help of COMMAND, or of TOPIC:
@@ -129,6 +130,7 @@ func commands() []command {
 		{"elect", electUsage, (*cli).electCmd},
 		{"leader", leaderUsage, (*cli).leaderCmd},
 		{"deadlocks", deadlocksUsage, (*cli).deadlocksCmd},
+		{"ui", uiUsage, (*cli).uiCmd},
 		{"demo", demoUsage, (*cli).demoCmd},
 		{"version", versionUsage, (*cli).versionCmd},
 	}

@@ -76,19 +76,10 @@ func (c *cli) clearQueueCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.close()
-	queue, deadlines := layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)
-	// On several servers (RedLock) each one's queue goes.
-	waiting := 0
-	for _, st := range states {
-		waiting += len(st.Queue)
-	}
+	waiting := queued(states)
 	if waiting == 0 {
-		// A queue list gone with its deadlines left behind is deleted
-		// too, without asking: it holds nobody.
-		for _, rdb := range s.rdbs {
-			if err := rdb.Del(ctx, queue, deadlines).Err(); err != nil {
-				return redisError(fmt.Sprintf("clear-queue %q", name), err)
-			}
+		if err := clearQueues(ctx, s, name, 0); err != nil {
+			return err
 		}
 		fmt.Fprintf(c.stdout, "lock %q has no waiters; nothing to clear\n", name)
 		return nil
@@ -96,14 +87,41 @@ func (c *cli) clearQueueCmd(ctx context.Context, args []string) error {
 	if !a.yes && !c.confirm(queueQuestion(name, states)) {
 		return exitf(exitFailure, "clear-queue: not confirmed; the queue of %q left as it is", name)
 	}
+	if err := clearQueues(ctx, s, name, waiting); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "cleared the queue of %q (%s)\n", name, plural(int64(waiting), "waiter"))
+	return nil
+}
+
+// queued counts the waiters in the queues of one lock's states: on
+// several servers (RedLock) each one's.
+func queued(states []lockState) int {
+	n := 0
+	for _, st := range states {
+		n += len(st.Queue)
+	}
+	return n
+}
+
+// clearQueues deletes the queue of fair lock name on every server of s,
+// which held waiting waiters: what dlock clear-queue and dlock ui's clear
+// do. With none waiting, a queue list gone with its deadlines left behind
+// is deleted too: it holds nobody.
+func clearQueues(ctx context.Context, s *session, name string, waiting int) error {
 	for _, rdb := range s.rdbs {
-		// Both keys and the waiters' channels are in the lock's slot:
-		// one script, on a cluster too.
-		if err := clearQueue(ctx, rdb, name); err != nil {
+		var err error
+		if waiting == 0 {
+			err = rdb.Del(ctx, layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)).Err()
+		} else {
+			// Both keys and the waiters' channels are in the lock's
+			// slot: one script, on a cluster too.
+			err = clearQueue(ctx, rdb, name)
+		}
+		if err != nil {
 			return redisError(fmt.Sprintf("clear-queue %q", name), err)
 		}
 	}
-	fmt.Fprintf(c.stdout, "cleared the queue of %q (%s)\n", name, plural(int64(waiting), "waiter"))
 	return nil
 }
 

@@ -125,17 +125,25 @@ type deadlockWaitJSON struct {
 	Label   string `json:"label,omitempty"`
 }
 
+// deadlockJSON is one cycle as --json prints it (and dlock ui serves it).
+type deadlockJSON struct {
+	Waits []deadlockWaitJSON `json:"waits"`
+}
+
+// deadlockJSONOf is cycle d as deadlockJSON.
+func deadlockJSONOf(d dlock.Deadlock) deadlockJSON {
+	out := deadlockJSON{Waits: []deadlockWaitJSON{}}
+	for _, w := range d.Waits {
+		out.Waits = append(out.Waits, deadlockWaitJSON{Owner: w.Owner, Lock: w.Lock, Kind: w.Kind,
+			Since: w.Since.UTC().Format(time.RFC3339Nano), Host: w.Holder.Host, PID: w.Holder.PID,
+			Program: w.Holder.Program, Label: w.Holder.Name})
+	}
+	return out
+}
+
 func (c *cli) printDeadlocksJSON(found []dlock.Deadlock) error {
 	for _, d := range found {
-		var out struct {
-			Waits []deadlockWaitJSON `json:"waits"`
-		}
-		for _, w := range d.Waits {
-			out.Waits = append(out.Waits, deadlockWaitJSON{Owner: w.Owner, Lock: w.Lock, Kind: w.Kind,
-				Since: w.Since.UTC().Format(time.RFC3339Nano), Host: w.Holder.Host, PID: w.Holder.PID,
-				Program: w.Holder.Program, Label: w.Holder.Name})
-		}
-		b, err := json.Marshal(out)
+		b, err := json.Marshal(deadlockJSONOf(d))
 		if err != nil {
 			return err
 		}

@@ -342,16 +342,22 @@ type leaderJSON struct {
 	Seq     int64  `json:"seq,omitempty"`
 }
 
+// leaderJSONOf is the --json form of election name's leader info (also
+// dlock ui's).
+func leaderJSONOf(name string, info dlock.LeaderInfo) leaderJSON {
+	j := leaderJSON{Name: name, Leader: info.Owner != ""}
+	if j.Leader {
+		j.Value, j.Owner, j.Token, j.Seq = info.Value, info.Owner, info.Token, info.Seq
+		j.Host, j.PID, j.Program, j.Label = info.Holder.Host, info.Holder.PID, info.Holder.Program, info.Holder.Name
+		j.Since = info.Since.UTC().Format(time.RFC3339Nano)
+	}
+	return j
+}
+
 // printLeader prints one leader (or "no leader") line.
 func (c *cli) printLeader(a leaderArgs, info dlock.LeaderInfo) error {
 	if a.json {
-		j := leaderJSON{Name: a.name, Leader: info.Owner != ""}
-		if j.Leader {
-			j.Value, j.Owner, j.Token, j.Seq = info.Value, info.Owner, info.Token, info.Seq
-			j.Host, j.PID, j.Program, j.Label = info.Holder.Host, info.Holder.PID, info.Holder.Program, info.Holder.Name
-			j.Since = info.Since.UTC().Format(time.RFC3339Nano)
-		}
-		b, err := json.Marshal(j)
+		b, err := json.Marshal(leaderJSONOf(a.name, info))
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -77,21 +76,10 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 	}
 	defer s.close()
 	all := make([][]lockState, len(s.rdbs))
-	for i, rdb := range s.rdbs {
-		if all[i], err = listLocksAndSemaphores(ctx, rdb, pattern); err != nil {
+	for i := range s.rdbs {
+		if all[i], err = listServer(ctx, s, i, pattern); err != nil {
 			return redisError("list on "+s.eps[i].display, err)
 		}
-		if err := addSubscribers(ctx, rdb, all[i]); err != nil {
-			return redisError("list on "+s.eps[i].display, err)
-		}
-		// Records from this server first; a RedLock's are on the first.
-		order := []redis.UniversalClient{rdb}
-		for j, other := range s.rdbs {
-			if j != i {
-				order = append(order, other)
-			}
-		}
-		addClients(ctx, order, all[i])
 	}
 	if len(all) == 1 {
 		if a.asJSON {
@@ -122,6 +110,29 @@ func (c *cli) listCmd(ctx context.Context, args []string) error {
 	return nil
 }
 
+// listServer is what dlock list shows of server i of s: the locks and
+// permit semaphores whose name matches pattern, with their subscribers
+// and holder records (dlock ui samples the same).
+func listServer(ctx context.Context, s *session, i int, pattern string) ([]lockState, error) {
+	rdb := s.rdbs[i]
+	locks, err := listLocksAndSemaphores(ctx, rdb, pattern)
+	if err != nil {
+		return nil, err
+	}
+	if err := addSubscribers(ctx, rdb, locks); err != nil {
+		return nil, err
+	}
+	// Records from this server first; a RedLock's are on the first.
+	order := []redis.UniversalClient{rdb}
+	for j, other := range s.rdbs {
+		if j != i {
+			order = append(order, other)
+		}
+	}
+	addClients(ctx, order, locks)
+	return locks, nil
+}
+
 // listLocks finds the locks whose name matches pattern, sorted by name:
 // those held, and the free fair locks that have a queue.
 func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]lockState, error) {
@@ -136,16 +147,14 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string) (
 	names = append(names, queued...)
 	slices.Sort(names)
 	names = slices.Compact(names)
+	states, err := inspectMany(ctx, rdb, names)
+	if err != nil {
+		return nil, err
+	}
 	locks := []lockState{}
-	for _, name := range names {
-		st, err := inspect(ctx, rdb, name)
-		if errors.Is(err, errNotALock) {
-			continue // another hash, or replaced by another type since the scan
-		}
-		if err != nil {
-			return nil, err
-		}
-		if st.Locked || len(st.Queue) > 0 {
+	for _, st := range states {
+		// Name "": another hash, or replaced by another type since the scan.
+		if st.Name != "" && (st.Locked || len(st.Queue) > 0) {
 			locks = append(locks, st)
 		}
 	}
@@ -170,8 +179,12 @@ func scanQueues(ctx context.Context, rdb redis.UniversalClient, pattern string) 
 }
 
 // queueName is the lock whose fair queue key is, or "".
-func queueName(key string) string {
-	rest, ok := strings.CutPrefix(key, layout.QueuePrefix+":")
+func queueName(key string) string { return prefixedName(layout.QueuePrefix, key) }
+
+// prefixedName is the name whose layout.Prefixed(prefix, name) key is,
+// or "".
+func prefixedName(prefix, key string) string {
+	rest, ok := strings.CutPrefix(key, prefix+":")
 	if !ok || rest == "" {
 		return ""
 	}
@@ -181,7 +194,7 @@ func queueName(key string) string {
 			name = inner
 		}
 	}
-	if layout.Prefixed(layout.QueuePrefix, name) != key {
+	if layout.Prefixed(prefix, name) != key {
 		return ""
 	}
 	return name

@@ -324,14 +324,19 @@ func holderText(st lockState) string {
 	if len(st.Holders) == 0 {
 		return "-"
 	}
-	s := st.Holders[0].Owner
-	if id := clientID(s); len(id) == 36 && len(s) > 36 {
-		s = id[:8] + "…" + s[36:]
-	}
+	s := shortOwner(st.Holders[0].Owner)
 	if r := st.Holders[0].Role; r != "" {
 		s += " (" + r + ")"
 	}
 	return s
+}
+
+// shortOwner cuts an owner's client id to 8 digits: "0a1b2c3d…:7".
+func shortOwner(owner string) string {
+	if id := clientID(owner); len(id) == 36 && len(owner) > 36 {
+		return id[:8] + "…" + owner[36:]
+	}
+	return owner
 }
 
 // isTerminal reports whether w is a terminal (a character device).

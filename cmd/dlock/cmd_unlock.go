@@ -66,15 +66,7 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.close()
-	// On several servers (RedLock) the first that has the lock describes
-	// it.
-	st := states[0]
-	for _, other := range states {
-		if other.Locked {
-			st = other
-			break
-		}
-	}
+	st := heldState(states)
 	if st.Semaphore != nil {
 		return exitf(exitFailure, "unlock: %q is a semaphore, not a lock; a permit comes back when it is released or its lease runs out", name)
 	}
@@ -88,13 +80,9 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 	if !a.yes && !c.confirm(question(st)) {
 		return exitf(exitFailure, "unlock: not confirmed; lock %q left as it is", name)
 	}
-	lk, err := s.newLocker(forceKind(st), name)
+	deleted, err := forceUnlock(ctx, s, st)
 	if err != nil {
-		return optionError("unlock", err)
-	}
-	deleted, err := lk.ForceUnlock(ctx)
-	if err != nil {
-		return redisError(fmt.Sprintf("unlock %q", name), err)
+		return err
 	}
 	if !deleted {
 		fmt.Fprintf(c.stdout, "lock %q was released in the meantime; nothing to unlock\n", name)
@@ -102,6 +90,34 @@ func (c *cli) unlockCmd(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "unlocked %q (%s)\n", name, holdersText(st))
 	return nil
+}
+
+// heldState is, of the states of one lock on each server of a session,
+// the one that describes it: on several servers (RedLock) the first that
+// has the lock.
+func heldState(states []lockState) lockState {
+	for _, st := range states {
+		if st.Locked {
+			return st
+		}
+	}
+	return states[0]
+}
+
+// forceUnlock deletes lock st.Name whoever holds it, with the handle of
+// the kind st was found with, and wakes its waiters: what dlock unlock
+// --force and dlock ui's unlock do. It reports false when the lock was
+// released in the meantime.
+func forceUnlock(ctx context.Context, s *session, st lockState) (bool, error) {
+	lk, err := s.newLocker(forceKind(st), st.Name)
+	if err != nil {
+		return false, optionError("unlock", err)
+	}
+	deleted, err := lk.ForceUnlock(ctx)
+	if err != nil {
+		return false, redisError(fmt.Sprintf("unlock %q", st.Name), err)
+	}
+	return deleted, nil
 }
 
 // confirm asks question on stderr and reports whether the answer read from

@@ -85,37 +85,99 @@ type waiter struct {
 // errNotALock reports a key that exists but is not a lock.
 var errNotALock = errors.New("not a lock")
 
-// inspect reads lock name. Every key of a lock is in one cluster slot, so
-// each read is one pipeline, on a cluster too.
-func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockState, error) {
-	st := lockState{Name: name, Holders: []holder{}}
+// inspectCmds are the reads of one lock, queued in a pipeline by
+// queueInspect and decoded by decode.
+type inspectCmds struct {
+	typ      *redis.StatusCmd
+	fields   *redis.MapStringStringCmd
+	pttl     *redis.DurationCmd
+	token    *redis.StringCmd
+	queue    *redis.StringSliceCmd
+	timeouts *redis.ZSliceCmd
+	now      *redis.TimeCmd
+}
+
+// queueInspect queues the reads of lock name in p, with now, a TIME
+// queued in p that the reads of several locks may share. Every key of a
+// lock is in one cluster slot, so on a cluster they stay one pipeline too.
+func queueInspect(ctx context.Context, p redis.Pipeliner, name string, now *redis.TimeCmd) *inspectCmds {
 	queueKey, timeoutKey := layout.Prefixed(layout.QueuePrefix, name), layout.Prefixed(layout.TimeoutPrefix, name)
-	var (
-		typ      *redis.StatusCmd
-		fields   *redis.MapStringStringCmd
-		pttl     *redis.DurationCmd
-		token    *redis.StringCmd
-		queue    *redis.StringSliceCmd
-		timeouts *redis.ZSliceCmd
-		now      *redis.TimeCmd
-	)
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		typ = p.Type(ctx, name)
-		fields = p.HGetAll(ctx, name)
-		pttl = p.PTTL(ctx, name)
-		token = p.Get(ctx, layout.Prefixed(layout.TokenPrefix, name))
-		queue = p.LRange(ctx, queueKey, 0, -1)
-		timeouts = p.ZRangeWithScores(ctx, timeoutKey, 0, -1)
-		now = p.Time(ctx)
+	return &inspectCmds{
+		typ:      p.Type(ctx, name),
+		fields:   p.HGetAll(ctx, name),
+		pttl:     p.PTTL(ctx, name),
+		token:    p.Get(ctx, layout.Prefixed(layout.TokenPrefix, name)),
+		queue:    p.LRange(ctx, queueKey, 0, -1),
+		timeouts: p.ZRangeWithScores(ctx, timeoutKey, 0, -1),
+		now:      now,
+	}
+}
+
+// err is the first error of the reads, a missing key (redis.Nil) aside.
+func (c *inspectCmds) err() error {
+	for _, cmd := range []redis.Cmder{c.typ, c.fields, c.pttl, c.token, c.queue, c.timeouts, c.now} {
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+// inspect reads lock name, in one pipeline (on a cluster too).
+func inspect(ctx context.Context, rdb redis.UniversalClient, name string) (lockState, error) {
+	var cmds *inspectCmds
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds = queueInspect(ctx, p, name, p.Time(ctx))
 		return nil
 	})
+	return cmds.decode(ctx, rdb, name)
+}
+
+// inspectBatch is the number of locks whose reads listLocks sends in one
+// pipeline.
+const inspectBatch = 256
+
+// inspectMany reads the locks names as inspect does, inspectBatch of
+// them per pipeline: a round trip per batch rather than per lock. Its
+// results are in the order of names; a name whose decode fails with
+// errNotALock gets a zero lockState (Name ""), any other error ends it.
+func inspectMany(ctx context.Context, rdb redis.UniversalClient, names []string) ([]lockState, error) {
+	out := make([]lockState, 0, len(names))
+	for batch := range slices.Chunk(names, inspectBatch) {
+		cmds := make([]*inspectCmds, len(batch))
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			now := p.Time(ctx)
+			for i, name := range batch {
+				cmds[i] = queueInspect(ctx, p, name, now)
+			}
+			return nil
+		})
+		for i, name := range batch {
+			st, err := cmds[i].decode(ctx, rdb, name)
+			if errors.Is(err, errNotALock) {
+				st = lockState{}
+			} else if err != nil {
+				return nil, err
+			}
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// decode reads the replies of queueInspect's reads of lock name; a
+// semaphore (a string) and a read-write lock's read leases take a read
+// more.
+func (c *inspectCmds) decode(ctx context.Context, rdb redis.UniversalClient, name string) (lockState, error) {
+	st := lockState{Name: name, Holders: []holder{}}
+	typ, fields, pttl, token, queue, timeouts, now := c.typ, c.fields, c.pttl, c.token, c.queue, c.timeouts, c.now
 	if typ.Val() == "string" {
 		return inspectSemaphore(ctx, rdb, name)
 	}
 	if t := typ.Val(); t != "" && t != "none" && t != "hash" {
 		return st, fmt.Errorf("%w: %q is a Redis %s", errNotALock, name, t)
 	}
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err := c.err(); err != nil {
 		return st, err
 	}
 	if v, err := token.Int64(); err == nil {
