@@ -50,7 +50,7 @@ const arity = 4
 // queue adds hd at its deadline. r.mu must be held.
 func (r *registry) queue(hd *hold) {
 	hd.slot = int32(len(r.dl.heap))
-	r.dl.heap = append(r.dl.heap, deadline{hd.until, hd})
+	r.dl.heap = append(r.dl.heap, deadline{hd.until.get(), hd})
 	r.up(int(hd.slot))
 	r.arm()
 }
@@ -78,10 +78,10 @@ func (r *registry) unqueue(hd *hold) {
 // r.mu must be held.
 func (r *registry) moved(hd *hold) {
 	i := int(hd.slot)
-	if i < 0 || hd.until >= r.dl.heap[i].due {
+	if i < 0 || hd.until.get() >= r.dl.heap[i].due {
 		return
 	}
-	r.dl.heap[i].due = hd.until
+	r.dl.heap[i].due = hd.until.get()
 	r.up(i)
 	r.arm()
 }
@@ -142,8 +142,8 @@ func (r *registry) sweepSome(now time.Time) (lost []lostHold, more bool) {
 			return lost, true
 		}
 		hd := r.dl.heap[0].hd
-		if hd.until > at { // renewed meanwhile: queue it at its deadline
-			r.dl.heap[0].due = hd.until
+		if hd.until.get() > at { // renewed meanwhile: queue it at its deadline
+			r.dl.heap[0].due = hd.until.get()
 			r.down(0)
 			continue
 		}

@@ -62,7 +62,7 @@ func TestOverdueHoldsEndWithoutAGoroutineEach(t *testing.T) {
 	}
 	var last time.Time
 	for _, hd := range c.holds.holds {
-		if u := hd.until.time(); u.After(last) {
+		if u := hd.until.get().time(); u.After(last) {
 			last = u
 		}
 	}

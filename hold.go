@@ -39,12 +39,12 @@ type hold struct {
 	owner    string
 	lease    time.Duration
 	acqs     []*acquisition
-	token    int64   // the latest fencing token, 0 if none
-	until    instant // the local deadline (the deadline queue may have it earlier: expiry.go)
-	slot     int32   // the hold's index in the deadline queue; -1 when not queued, which is when it left the registry
-	watchdog bool    // renewed by the watchdog, rather than a fixed lease (which it checks)
-	holder   bool    // the registry's pick among the Client's holds on its lock and role (heldByOther)
-	next     *hold   // the registry's next hold with the same key
+	token    int64         // the latest fencing token, 0 if none
+	until    atomicInstant // the local deadline (the deadline queue may have it earlier: expiry.go)
+	slot     int32         // the hold's index in the deadline queue; -1 when not queued, which is when it left the registry
+	watchdog bool          // renewed by the watchdog, rather than a fixed lease (which it checks)
+	holder   bool          // the registry's pick among the Client's holds on its lock and role (heldByOther)
+	next     *hold         // the registry's next hold with the same key
 	// op is held while a re-entry's attempt is in flight and while an
 	// Unlock decides whether it releases the last acquisition, so that a
 	// re-entry is never counted on a hold whose release is on its way.
@@ -58,6 +58,13 @@ type instant int64
 
 // epoch is when instants count from.
 var epoch = time.Now()
+
+// atomicInstant is an instant written under the registry's mutex and read
+// without it by a lock context's look at its deadline (overdue).
+type atomicInstant struct{ v atomic.Int64 }
+
+func (a *atomicInstant) get() instant  { return instant(a.v.Load()) }
+func (a *atomicInstant) set(i instant) { a.v.Store(int64(i)) }
 
 func instantOf(t time.Time) instant { return instant(t.Sub(epoch)) }
 
@@ -187,14 +194,29 @@ func (a *acquisition) err() error {
 // timer's sweep has taken the hold out but not yet ended its lock
 // contexts; that check must find the lock context ended. Every look at
 // the lock context's state (Err, Done, context.Cause, Token, FenceOf)
-// comes here first.
+// comes here first; while the deadline is ahead it reads one atomic.
+//
+// The lock contexts end on the looker's goroutine; the log line and
+// Observer.Lost come from a goroutine of their own, since a look at a
+// context must not run the user's hooks (the looker may hold a lock that
+// its Lost hook takes).
 func (a *acquisition) overdue() bool {
 	hd := a.hold
-	if hd == nil || a.ended() || !hd.c.holds.overdue(hd) {
+	if hd == nil {
 		return false
 	}
-	if !hd.expire() { // another path took the hold out, and ends a soon
+	acqs, ok, taken := hd.c.holds.overdue(a)
+	switch {
+	case ok:
+		err := leaseRanOut(hd)
+		for _, x := range acqs {
+			x.end(err)
+		}
+		go hd.c.tellLost(hd, acqs, err, hd.c.holds.now())
+	case taken && !a.ended(): // another path took the hold out, and ends a soon
 		a.end(leaseRanOut(hd))
+	default:
+		return false
 	}
 	return true
 }
@@ -307,12 +329,28 @@ type registry struct {
 	skew atomic.Int64
 }
 
-// overdue reports whether hd's local deadline has passed by the
-// Client's clock, registered or not.
-func (r *registry) overdue(hd *hold) bool {
+// overdue takes a's hold out of the registry when its local deadline has
+// passed by the Client's clock, and returns its acquisitions (ok), all in
+// one hold of the mutex, so that a renewal cannot move the deadline in
+// between. taken says that the deadline has passed but another path took
+// the hold out already (the sweep, a loss), which ends a soon; not an
+// Unlock of a, nor Close, which end it with causes of their own.
+func (r *registry) overdue(a *acquisition) (acqs []*acquisition, ok, taken bool) {
+	hd := a.hold
+	if hd.until.get() > instantOf(r.now()) {
+		return nil, false, false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return hd.until <= instantOf(r.now())
+	switch {
+	case hd.until.get() > instantOf(r.now()): // renewed meanwhile
+		return nil, false, false
+	case !r.current(hd):
+		return nil, false, !a.unlocked && !r.closed
+	}
+	r.drop(hd)
+	acqs, hd.acqs = hd.acqs, nil
+	return acqs, true, false
 }
 
 // now is the Client's monotonic clock, by which its holds' and permits'
@@ -393,7 +431,7 @@ func (r *registry) add(h *handle, req request, acq *acquisition, start time.Time
 // start, with its local deadline, not yet queued.
 func newHold(h *handle, req request, start time.Time) *hold {
 	hd := &hold{c: h.c, kind: h.kind, owner: req.owner, lease: req.lease, watchdog: !h.cfg.hasLease, slot: -1}
-	hd.until = instantOf(start.Add(hd.valid()))
+	hd.until.set(instantOf(start.Add(hd.valid())))
 	return hd
 }
 
@@ -401,8 +439,8 @@ func newHold(h *handle, req request, start time.Time) *hold {
 // its lease again; the deadline queue finds it moved when the hold comes
 // up. The registry's mutex must be held.
 func (hd *hold) extend(start time.Time) {
-	if until := instantOf(start.Add(hd.valid())); until > hd.until {
-		hd.until = until
+	if until := instantOf(start.Add(hd.valid())); until > hd.until.get() {
+		hd.until.set(until)
 	}
 }
 
@@ -435,7 +473,7 @@ func (r *registry) heldByOther(qk lockKey, owner string) (left time.Duration, si
 			if hd.owner == owner {
 				break
 			}
-			return time.Until(hd.until.time()), hd.kind.channel(hd.owner) == "", true
+			return time.Until(hd.until.get().time()), hd.kind.channel(hd.owner) == "", true
 		}
 	}
 	return 0, false, false
@@ -480,7 +518,7 @@ func (r *registry) reentered(acq *acquisition) bool {
 func (r *registry) deadline(hd *hold) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return hd.until.time()
+	return hd.until.get().time()
 }
 
 // dropAcquisition takes acq out of its hold for Unlock, with hd.op held.
@@ -519,41 +557,36 @@ var (
 // context of the hold is cancelled with cause err. A hold that was already
 // released or replaced is left alone.
 func (hd *hold) lose(err error) {
-	acqs, ok := hd.c.holds.dropHold(hd, false)
+	acqs, ok := hd.c.holds.dropHold(hd)
 	if !ok {
 		return
 	}
 	hd.c.ended(hd, acqs, err)
 }
 
-// expire loses hd, as the deadline queue's sweep does, if its local
-// deadline has passed by the registry's clock, and reports whether it did.
-func (hd *hold) expire() bool {
-	acqs, ok := hd.c.holds.dropHold(hd, true)
-	if ok {
-		hd.c.ended(hd, acqs, leaseRanOut(hd))
-	}
-	return ok
-}
-
 // ended tells the holder of hd, which left the registry with acqs, that
 // the lock is lost with cause err: a log line, Lost, and every lock
 // context cancelled.
 func (c *Client) ended(hd *hold, acqs []*acquisition, err error) {
-	c.cfg.logger.Warn("dlock: lock lost", "lock", hd.kind.key(), "owner", hd.owner, "error", err)
-	c.observeLost(hd, acqs, err)
+	c.tellLost(hd, acqs, err, c.holds.now())
 	for _, a := range acqs {
 		a.end(err)
 	}
 }
 
-// dropHold drops hd, unless it was released or replaced already, or,
-// when due is set, its local deadline has not passed (ok false), and
-// returns its acquisitions, for lose and expire.
-func (r *registry) dropHold(hd *hold, due bool) (acqs []*acquisition, ok bool) {
+// tellLost logs the loss of hd, whose acquisitions were acqs, at at, and
+// reports it to observers (Lost).
+func (c *Client) tellLost(hd *hold, acqs []*acquisition, err error, at time.Time) {
+	c.cfg.logger.Warn("dlock: lock lost", "lock", hd.kind.key(), "owner", hd.owner, "error", err)
+	c.observeLost(hd, acqs, err, at)
+}
+
+// dropHold drops hd, unless it was released or replaced already (ok
+// false), and returns its acquisitions, for lose.
+func (r *registry) dropHold(hd *hold) (acqs []*acquisition, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.current(hd) || due && hd.until > instantOf(r.now()) {
+	if !r.current(hd) {
 		return nil, false
 	}
 	r.drop(hd)
@@ -583,7 +616,7 @@ func (r *registry) renewed(holds []*hold, alive []bool, start time.Time) {
 		if hd.lease != lease {
 			lease, until = hd.lease, instantOf(start.Add(hd.valid()))
 		}
-		hd.until = max(hd.until, until)
+		hd.until.set(max(hd.until.get(), until))
 	}
 }
 
@@ -593,7 +626,7 @@ func (r *registry) extended(hd *hold, start time.Time, valid time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.current(hd) {
-		hd.until = instantOf(start.Add(valid))
+		hd.until.set(instantOf(start.Add(valid)))
 		r.moved(hd)
 	}
 }

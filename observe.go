@@ -463,14 +463,15 @@ func (c *Client) renewalLag(l watchdog.Lag) {
 }
 
 // observeLost reports the loss of hd, whose acquisitions were acqs, with
-// cause err: Lost. A hold lost at or after its local deadline expired;
-// one lost before it was found gone by the watchdog.
-func (c *Client) observeLost(hd *hold, acqs []*acquisition, err error) {
+// cause err, at at (by the Client's clock): Lost. A hold lost at or after
+// its local deadline expired; one lost before it was found gone by the
+// watchdog.
+func (c *Client) observeLost(hd *hold, acqs []*acquisition, err error, at time.Time) {
 	if !c.observing() {
 		return
 	}
 	cause := LostRejected
-	if !c.holds.now().Before(c.holds.deadline(hd)) {
+	if !at.Before(c.holds.deadline(hd)) {
 		cause = LostExpired
 	}
 	c.lost(hd, acqs, cause, err)

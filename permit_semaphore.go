@@ -831,26 +831,12 @@ func (p *permit) isReleased() bool {
 // drop cancels the permit context with cause and forgets the permit.
 func (p *permit) drop(cause error) { p.end(cause, false) }
 
-// expire ends the permit whose local expiry has passed: its timer fired,
-// or its context was looked at first (overdue).
-func (p *permit) expire() {
-	cause := fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, p.s.name)
-	p.end(cause, true)
-	p.cancel(cause) // ended by another path, whose cancel may not have run yet
-}
+// expire ends the permit whose lease ran out: its timer fired.
+func (p *permit) expire() { p.end(p.ranOut(), true) }
 
-// overdue expires the permit if its local expiry has passed by the
-// Client's clock while its context stands: a process resumed after a
-// pause past the lease may look at the permit context before the timer's
-// goroutine runs, or while the timer's end has not cancelled the context
-// yet (acquisition.overdue, for holds).
-func (p *permit) overdue(ctx context.Context) {
-	p.mu.Lock()
-	due := !p.s.c.holds.now().Before(p.until)
-	p.mu.Unlock()
-	if due && ctx.Err() == nil {
-		p.expire()
-	}
+// ranOut is why a permit whose local expiry passed was lost.
+func (p *permit) ranOut() error {
+	return fmt.Errorf("%w: semaphore %q: the permit's lease ran out", ErrLockLost, p.s.name)
 }
 
 // end cancels the permit context with cause and forgets the permit;
@@ -865,11 +851,48 @@ func (p *permit) end(cause error, expired bool) {
 	expired = !p.timer.Stop() || expired // it fired: the lease ran out
 	releasing := p.releasing             // Release reports its own end
 	p.mu.Unlock()
+	p.finish(cause, expired, releasing)
+}
+
+// finish tells observers that the permit ended (unless Release does),
+// cancels its context and forgets it.
+func (p *permit) finish(cause error, expired, releasing bool) {
 	if !releasing {
 		p.s.c.observeLoss(LockInfo{Name: p.s.name, Kind: KindPermit}, p, expired, cause)
 	}
 	p.cancel(cause)
 	p.s.c.permits.remove(p)
+}
+
+// overdue ends the permit whose context ctx is, if its local expiry has
+// passed by the Client's clock while the context stands: a process
+// resumed after a pause past the lease may look at the permit context
+// before the timer's goroutine runs, or while the timer's end has not
+// cancelled the context yet (acquisition.overdue, for holds). The expiry
+// is checked and the permit marked ended in one hold of p.mu, so that a
+// renewal (extend) cannot come in between. The context is cancelled on
+// the looker's goroutine; observers hear of it on a goroutine of their
+// own. A permit being released is left to Release.
+func (p *permit) overdue(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	if p.releasing || p.s.c.holds.now().Before(p.until) {
+		p.mu.Unlock()
+		return
+	}
+	mine := !p.ended // else the timer's end is under way
+	if mine {
+		p.ended = true
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+	cause := p.ranOut()
+	p.cancel(cause)
+	if mine {
+		go p.finish(cause, true, false)
+	}
 }
 
 // extend moves the permit's local expiry to at, unless it ended.
