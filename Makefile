@@ -98,12 +98,16 @@ verify: redis netns
 # mutate applies each deliberate breakage listed in scripts/mutate.sh (the
 # re-send guard, the publish of a release, the late-reply check, the
 # fencing increment, the resubscribe wake-up, the watchdog's lost notice,
-# the hand-over bound...) to a scratch copy of the tree, runs the tests
-# that must catch it, prints a table mutation -> failing test, and fails if
-# any mutation survives. Not part of make test: run it before resolving
-# engine changes. One mutation: scripts/mutate.sh fence
-mutate: redis
-	GO=$(GO) scripts/mutate.sh
+# the hand-over bound...) to a scratch copy of the tree, builds its
+# package's test binary once and runs only the tests the list names for
+# it, two mutations at a time (MUTATE_JOBS=n for more or fewer); it prints
+# a table mutation -> failing test, with seconds, and fails if any mutation
+# survives. Not part of make test: run it before resolving engine changes.
+# BASE=main runs only the mutations whose file changed since main,
+# committed or not; one mutation by name: scripts/mutate.sh fence
+# (postgres and netns: the list has fencetest/'s and verify/'s breakages.)
+mutate: redis postgres netns
+	GO=$(GO) scripts/mutate.sh $(if $(BASE),--base $(BASE))
 
 # lint checks every module: gofmt, go vet and staticcheck.
 lint:
