@@ -250,8 +250,8 @@ m "renewal lag not reported" client.go \
 # The deadline queue finds a renewed hold's deadline moved and queues it
 # again, rather than losing it at the deadline it was queued at.
 m "deadline queue: a renewed hold lost at its first deadline" expiry.go \
-  'if hd.until > at {' \
-  'if false && hd.until > at {' \
+  'if hd.until.get() > at {' \
+  'if false && hd.until.get() > at {' \
   . '^(TestWatchdogKeepsLock)$'
 # Per held lock the Client keeps no channel: the op channel and the lock
 # context's cancellation are made when first needed (issue 23: a million
