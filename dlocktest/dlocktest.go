@@ -26,6 +26,7 @@ package dlocktest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -71,6 +72,10 @@ type Server struct {
 
 	mu      sync.Mutex
 	stopped bool
+	door    net.Listener // where clients connect (open); closed while stopped
+
+	connsMu sync.Mutex
+	conns   []net.Conn // the connections that came in by the door
 }
 
 // NewServer returns a server for t: an embedded one, started now on a
@@ -114,22 +119,75 @@ func startEmbedded() (*Server, error) {
 	// Keys expire as the clock advances, as on Redis, not only on
 	// FastForward (miniredis's default).
 	mr.ClockTTL(true)
-	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+	// Dial starts the server with no listener of its own: clients come in
+	// through the kit's front door (open), which Stop closes and Restart
+	// opens again while the server, its commands and its hook stay up. A
+	// miniredis restart listens before it has its commands and the hook,
+	// and answers "unknown command" to a client that reconnects at once.
+	c, err := mr.Dial()
+	if err != nil {
 		return nil, fmt.Errorf("starting the embedded server: %w", err)
 	}
-	// Before anyone knows the address: nothing runs without the hook.
-	mr.Server().SetPreHook(s.hook)
-	s.opt = &redis.Options{Addr: mr.Addr()}
+	_ = c.Close()
+	mr.Server().SetPreHook(s.hook) // before anyone knows the address
+	if err := s.open("127.0.0.1:0"); err != nil {
+		mr.Close()
+		return nil, fmt.Errorf("starting the embedded server: %w", err)
+	}
+	s.opt = &redis.Options{Addr: s.door.Addr().String()}
 	return s, nil
+}
+
+// open listens on addr and serves every connection accepted there with
+// the embedded server. s.mu must be held, or s not yet shared.
+func (s *Server) open(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.door = ln
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return // closed by shut
+			}
+			s.connsMu.Lock()
+			s.conns = append(s.conns, conn)
+			s.connsMu.Unlock()
+			s.mr.Server().ServeConn(conn)
+		}
+	}()
+	return nil
+}
+
+// shut closes the front door and every connection that came through it,
+// as a server that went down. s.mu must be held.
+func (s *Server) shut() {
+	_ = s.door.Close()
+	s.connsMu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.connsMu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 // Close stops the embedded server for good and closes its connections;
 // NewServer's servers are closed when their test ends. On a real server
 // it does nothing.
 func (s *Server) Close() {
-	if s.mr != nil {
-		s.mr.Close()
+	if s.mr == nil {
+		return
 	}
+	s.mu.Lock()
+	if !s.stopped {
+		s.stopped = true
+		s.shut()
+	}
+	s.mu.Unlock()
+	s.mr.Close()
 }
 
 // ping fails the test unless the real server answers.
@@ -223,7 +281,7 @@ func (s *Server) Stop() {
 		return
 	}
 	s.stopped = true
-	s.mr.Close()
+	s.shut()
 }
 
 // Restart starts a stopped embedded server again on the same address,
@@ -242,13 +300,12 @@ func (s *Server) Restart() {
 	if !s.stopped {
 		return
 	}
-	if err := s.mr.Restart(); err != nil {
+	if err := s.open(s.opt.Addr); err != nil {
 		if s.t == nil {
 			return // stays stopped: dlock calls fail with ErrUnreachable
 		}
 		s.t.Fatalf("dlocktest: restarting the embedded server on %s: %v", s.opt.Addr, err)
 	}
-	s.mr.Server().SetPreHook(s.hook)
 	s.stopped = false
 }
 
