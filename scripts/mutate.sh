@@ -449,7 +449,7 @@ m "hand-over: waiter's token dropped" release.go \
 # A handed lock's lease counts from the release that handed it.
 m "hand-over: lease counted from the releasing holder's start" release.go \
   'start := time.Now()' \
-  'start := hd.until.Add(-hd.valid)' \
+  'start := hd.until.get().time().Add(-hd.valid())' \
   . '^(TestHandedLockLease)$'
 # The waiter a free chose, woken by the unlock message before it was told
 # of the free, tries at once: the message is used up, the lock free.
@@ -1906,8 +1906,11 @@ copy() {
 # trees' paths (fresh temporary directories) out of go's cache keys, so
 # that the slots, the baseline and earlier runs share every package a
 # mutation leaves unchanged, and a mutant recompiles only its own package
-# and those that import it.
-buildflags=(-vet=off -trimpath)
+# and those that import it. No DWARF (-dwarf=false, -w): a mutant is
+# never debugged, and its compile takes a sixth less CPU (measured: 6.1
+# against 7.1 CPU-seconds for the root package); stack traces do not need
+# it. The first build with these flags recompiles the dependencies once.
+buildflags=(-vet=off -trimpath -gcflags=all=-dwarf=false -ldflags=-w)
 # The flags go test would give the binary: -test.paniconexit0 makes a test
 # that exits the process early fail instead of looking like a pass.
 runflags=(-test.count=1 -test.v -test.timeout 10m -test.paniconexit0)
