@@ -1851,11 +1851,11 @@ m "ui: listens beyond loopback by default" cmd/dlock/cmd_ui.go \
   'const defaultUIListen = "127.0.0.1:7070"' \
   'const defaultUIListen = ":7070"' \
   ./cmd/dlock '^(TestUILoopbackByDefault)$'
-# ...and there refuses a Host that a DNS rebinding page would send.
+# ...and refuses a Host that a DNS rebinding page would send.
 m "ui: a rebound Host served" cmd/dlock/ui_http.go \
-  'if !u.anyHost && !loopbackHost(r.Host) {' \
+  'if !u.allowedHost(r.Host) {' \
   'if false {' \
-  ./cmd/dlock '^(TestUILoopbackByDefault)$'
+  ./cmd/dlock '^(TestUILoopbackByDefault|TestUIHostCheck)$'
 # The page shows the Redis URL with its password masked.
 m "ui: the Redis URL shown unmasked" cmd/dlock/connect.go \
   'm.User = url.UserPassword(m.User.Username(), masked)' \
@@ -1886,6 +1886,39 @@ m "ui: lock names unescaped in the graph" cmd/dlock/ui_svg.go \
   'waits for %s</text>`, mx, my+bend*1.45+4, html.EscapeString(shorten(lock)))' \
   'waits for %s</text>`, mx, my+bend*1.45+4, shorten(lock))' \
   ./cmd/dlock '^(TestUIDeadlockSVG)$'
+# The fair-queue, read-write and semaphore panels, and the cards, are of
+# every matching lock, not of the first uiMaxRows an update carries.
+m "ui: panels and cards of the capped rows only" cmd/dlock/ui_http.go \
+  '	v.count(st.Locks)
+	st.Locks = st.Locks[:min(len(st.Locks), uiMaxRows)]' \
+  '	st.Locks = st.Locks[:min(len(st.Locks), uiMaxRows)]
+	v.count(st.Locks)' \
+  ./cmd/dlock '^(TestUIPanelsBeyondRowCap)$'
+# Each panel has a cap of its own.
+m "ui: a panel's rows uncapped" cmd/dlock/ui_http.go \
+  'if len(p.Rows) < uiMaxPanelRows {' \
+  'if true {' \
+  ./cmd/dlock '^(TestUIPanelOf)$'
+# Beyond loopback, a Host that is a name must still be one of the allowed.
+m "ui: any Host served beyond loopback" cmd/dlock/ui_http.go \
+  '|| slices.Contains(u.hosts, host)' \
+  '|| len(u.hosts) > 0' \
+  ./cmd/dlock '^(TestUIHostCheck)$'
+# The machine's hostname is allowed only when listening beyond loopback.
+m "ui: the hostname allowed on loopback" cmd/dlock/cmd_ui.go \
+  'err == nil && !isLoopback(addr) {' \
+  'err == nil {' \
+  ./cmd/dlock '^(TestUIHostCheck)$'
+# A viewer that stops reading loses its stream at the write timeout...
+m "ui: no write deadline on events" cmd/dlock/ui_http.go \
+  'rc.SetWriteDeadline(time.Now().Add(u.writeTimeout))' \
+  'rc.SetWriteDeadline(time.Time{})' \
+  ./cmd/dlock '^(TestUIEventsStalledViewer)$'
+# ...and at once when the console stops.
+m "ui: a stalled stream holds up the stop" cmd/dlock/ui_http.go \
+  'func() { _ = rc.SetWriteDeadline(time.Now()) }' \
+  'func() {}' \
+  ./cmd/dlock '^(TestUIEventsStalledViewer)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/layout"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -230,4 +231,71 @@ func screenshot(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(buf))
+}
+
+// TestConsoleBeyondRowCap: with more locks than an update carries rows
+// for (600 mutexes before them by name), the page still shows the fair
+// queues and the permit semaphore, its cards count every lock, and the
+// fair-queue panel, past its own cap, says how many it shows of how many.
+func TestConsoleBeyondRowCap(t *testing.T) {
+	srv := redistest.NewServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	fill(t, rdb, 600)
+	fairQueues(t, rdb, 201)
+	sem, err := newClient(t, rdb).NewPermitSemaphore("z:sem")
+	ok(t, err)
+	_, err = sem.TrySetPermits(t.Context(), 3)
+	ok(t, err)
+	_, err = sem.Acquire(t.Context())
+	ok(t, err)
+	start := time.Now()
+	base := startConsoleOn(t, srv.Addr(), "250ms")
+	ctx := browser(t)
+	ok(t, chromedp.Do(ctx, chromedp.Navigate(base+"/")))
+	t.Logf("console and page up in %v", time.Since(start).Round(time.Millisecond))
+	within(t, ctx, 30*time.Second, "the panels shown", chromedp.WaitVisible(css(`#sems tbody a.lock`)),
+		chromedp.WaitVisible(css(`#queues tbody a.lock`)), chromedp.WaitVisible(css(`#queues-more`)))
+	t.Logf("panels shown %v after the start", time.Since(start).Round(time.Millisecond))
+	const readCards = `Object.fromEntries([...document.querySelectorAll("#cards .stat")].map(
+		(s) => [s.querySelector(".k").textContent, s.querySelector(".v").textContent]))`
+	cards, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]string](readCards))
+	ok(t, err)
+	want := map[string]string{"Held locks": "600", "Waiters": "201", "Fair queues": "201", "Semaphores": "1"}
+	for k, v := range want {
+		if cards[k] != v {
+			t.Errorf("card %s: %q, want %q (cards %v)", k, cards[k], v, cards)
+		}
+	}
+	note, err := chromedp.Run(ctx, chromedp.Text(css(`#queues-more`)))
+	ok(t, err)
+	if !strings.Contains(note, "Showing 200 of 201 fair queues") {
+		t.Errorf("fair-queue panel note %q, want it to say 200 of 201", note)
+	}
+}
+
+// newClient is a Client of rdb, closed when the test ends.
+func newClient(t *testing.T, rdb *redis.Client) *dlock.Client {
+	c, err := dlock.New(rdb)
+	ok(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// fairQueues writes n free fair locks z:fair:000, z:fair:001, ... with
+// one waiter each, by hand (the queue and its deadline an hour away), as
+// a Redisson waiter that died leaves them.
+func fairQueues(t *testing.T, rdb *redis.Client, n int) {
+	ctx := t.Context()
+	deadline := float64(time.Now().Add(time.Hour).UnixMilli())
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			name := fmt.Sprintf("z:fair:%03d", i)
+			const owner = "11111111-2222-4333-8444-555555555555:7"
+			p.RPush(ctx, layout.Prefixed(layout.QueuePrefix, name), owner)
+			p.ZAdd(ctx, layout.Prefixed(layout.TimeoutPrefix, name), redis.Z{Score: deadline, Member: owner})
+		}
+		return nil
+	})
+	ok(t, err)
 }

@@ -14,13 +14,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-var uiUsage = `Usage: dlock ui [--listen ADDR] [--allow-writes] [--interval D] [flags]
+var uiUsage = `Usage: dlock ui [--listen ADDR] [--allow-host NAME]... [--allow-writes]
+               [--interval D] [flags]
 
 Serves an operator's web console for one Redis deployment: the locks held
 (kind, holder program/host/pid, held for, TTL, re-entries, fencing token),
@@ -34,7 +38,10 @@ KEYS), whatever the number of viewers; GET /api/state returns the sample
 as JSON (the fields of dlock list --json). The page and the API never show
 a password: the Redis URL is shown masked.
 
-Safe by default: it listens on loopback only, and is read-only. With
+Safe by default: it listens on loopback only, and is read-only. It
+answers only requests whose Host is an IP address, localhost, a name
+given with --allow-host or, listening beyond loopback, the machine's
+hostname; any other Host (a DNS rebinding page's) gets 403. With
 --allow-writes, POST /api/locks/NAME/unlock (dlock unlock --force) and
 POST /api/queues/NAME/clear (dlock clear-queue) work, for requests that
 carry the token printed at start in the header X-Dlock-Token and come
@@ -42,11 +49,13 @@ from the page itself (no cross-site requests); any other write is refused
 with 403 and changes nothing.
 
 Flags:
-  --listen ADDR    the address to serve on (default 127.0.0.1:7070); a
-                   non-loopback address shows lock names to the network
-  --allow-writes   allow force-unlock and clear-queue, with the token
-  --interval D     time between samples (default 1s, at least 100ms)
-  --redis URL      the Redis deployment
+  --listen ADDR      the address to serve on (default 127.0.0.1:7070); a
+                     non-loopback address shows lock names to the network
+  --allow-host NAME  also answer requests for Host NAME, a DNS name the
+                     console is reached by (repeatable)
+  --allow-writes     allow force-unlock and clear-queue, with the token
+  --interval D       time between samples (default 1s, at least 100ms)
+  --redis URL        the Redis deployment
 
 ` + seeHelp
 
@@ -58,6 +67,7 @@ const defaultUIListen = "127.0.0.1:7070"
 type uiArgs struct {
 	eps      []endpoint
 	listen   string
+	hosts    stringsFlag // --allow-host
 	writes   bool
 	interval time.Duration
 }
@@ -68,6 +78,7 @@ func (c *cli) parseUI(args []string) (uiArgs, error) {
 	conn := addConnFlags(fs)
 	a := uiArgs{}
 	fs.StringVar(&a.listen, "listen", defaultUIListen, "")
+	fs.Var(&a.hosts, "allow-host", "")
 	fs.BoolVar(&a.writes, "allow-writes", false, "")
 	fs.Var(newDurationFlag(&a.interval, time.Second), "interval", "")
 	pos, err := c.parse(fs, uiUsage, args)
@@ -102,9 +113,25 @@ func (c *cli) uiCmd(ctx context.Context, args []string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	u := newUIServer(s, a.writes, newUIToken())
-	u.anyHost = !isLoopback(ln.Addr())
+	u.hosts = uiHosts(ln.Addr(), a.hosts)
 	c.uiBanner(ln.Addr(), u)
 	return u.serve(ctx, ln, a.interval)
+}
+
+// uiHosts are the names, besides IP addresses and localhost, that a
+// request's Host may carry: those given with --allow-host and, when the
+// console listens beyond loopback, the machine's hostname, in full and
+// up to its first dot.
+func uiHosts(addr net.Addr, allow []string) []string {
+	hosts := slices.Clone(allow)
+	if name, err := os.Hostname(); err == nil && !isLoopback(addr) {
+		short, _, _ := strings.Cut(name, ".")
+		hosts = append(hosts, name, short)
+	}
+	for i, h := range hosts {
+		hosts[i] = normalHost(h)
+	}
+	return hosts
 }
 
 // newUIToken returns a fresh write token: 128 random bits in hex.

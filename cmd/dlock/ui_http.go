@@ -10,7 +10,9 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 )
 
 // uiFiles are the page's files: plain HTML, CSS and JavaScript, no build
@@ -22,6 +24,15 @@ var uiFiles embed.FS
 // uiMaxRows bounds the locks one page update carries: the filter narrows
 // what is shown; /api/state has them all.
 const uiMaxRows = 500
+
+// uiMaxPanelRows bounds the locks each of the fair-queue, read-write and
+// semaphore panels carries, apart from uiMaxRows: a fair lock shows in
+// its panel however many names sort before it.
+const uiMaxPanelRows = 200
+
+// uiWriteTimeout bounds the write of each event: a viewer that stops
+// reading loses its stream, instead of holding its handler for ever.
+const uiWriteTimeout = 10 * time.Second
 
 // uiTokenHeader is the header a write carries the start's token in.
 const uiTokenHeader = "X-Dlock-Token"
@@ -45,8 +56,8 @@ func (u *uiServer) routes() http.Handler {
 }
 
 // guard sets the headers that keep the page to itself, and refuses a
-// Host that is not an address or localhost (a DNS rebinding page's) when
-// the console listens on loopback.
+// Host that is not an address, localhost or one of u.hosts: a DNS
+// rebinding page's.
 func (u *uiServer) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -55,24 +66,30 @@ func (u *uiServer) guard(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-store")
-		if !u.anyHost && !loopbackHost(r.Host) {
-			uiError(w, http.StatusForbidden, "Host %q refused: open the console by its address", r.Host)
+		if !u.allowedHost(r.Host) {
+			uiError(w, http.StatusForbidden, "Host %q refused: open the console by its address (or start it with --allow-host)", r.Host)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// loopbackHost reports whether a Host header names an IP address or
-// localhost: what a browser sends to a console on loopback, and not what
-// a rebound DNS name sends.
-func loopbackHost(hostport string) bool {
+// allowedHost reports whether a Host header names an IP address,
+// localhost or one of u.hosts: what a browser sends to the console, and
+// not what a page whose DNS name was rebound to it sends.
+func (u *uiServer) allowedHost(hostport string) bool {
 	host, _, err := net.SplitHostPort(hostport)
 	if err != nil {
 		host = hostport
 	}
-	host = strings.Trim(host, "[]")
-	return host == "localhost" || net.ParseIP(host) != nil
+	host = normalHost(strings.Trim(host, "[]"))
+	return host == "localhost" || net.ParseIP(host) != nil || slices.Contains(u.hosts, host)
+}
+
+// normalHost is a DNS name as the Host check compares it: lower-case,
+// without a final dot.
+func normalHost(name string) string {
+	return strings.TrimSuffix(strings.ToLower(name), ".")
 }
 
 // uiView is one update of the page: the sample filtered by the viewer's
@@ -81,17 +98,26 @@ type uiView struct {
 	State uiState `json:"state"`
 	// Matched is the number of locks matching the prefix; State.Locks
 	// has the first uiMaxRows of them.
-	Matched  int    `json:"matched"`
-	Prefix   string `json:"prefix"`
-	AcqSVG   string `json:"acq_svg"`
-	WaitSVG  string `json:"wait_svg"`
-	GraphSVG string `json:"graph_svg"`
+	Matched int `json:"matched"`
+	// Held and Waiters are the cards' counts, of every matching lock.
+	Held    int   `json:"held"`
+	Waiters int64 `json:"waiters"`
+	// Queues, RW and Sems are the panels' locks: fair locks with waiters,
+	// read-write locks and permit semaphores.
+	Queues   uiPanel `json:"queues"`
+	RW       uiPanel `json:"rw"`
+	Sems     uiPanel `json:"semaphores"`
+	Prefix   string  `json:"prefix"`
+	AcqSVG   string  `json:"acq_svg"`
+	WaitSVG  string  `json:"wait_svg"`
+	GraphSVG string  `json:"graph_svg"`
 }
 
 // view is sample st as the viewer with prefix sees it.
 func (u *uiServer) view(st uiState, prefix string) uiView {
 	st = filterState(st, prefix)
 	v := uiView{Matched: len(st.Locks), Prefix: prefix}
+	v.count(st.Locks)
 	st.Locks = st.Locks[:min(len(st.Locks), uiMaxRows)]
 	v.State = st
 	u.mu.Lock()
@@ -100,6 +126,42 @@ func (u *uiServer) view(st uiState, prefix string) uiView {
 	v.AcqSVG, v.WaitSVG = chartsSVG(series, prefix)
 	v.GraphSVG = deadlockSVG(st.Deadlocks)
 	return v
+}
+
+// uiPanel is one panel's locks: the first uiMaxPanelRows, and how many
+// there are.
+type uiPanel struct {
+	Rows  []uiLock `json:"rows"`
+	Total int      `json:"total"`
+}
+
+// count sets the cards' counts and the panels from every matching lock,
+// not only the rows the update carries.
+func (v *uiView) count(locks []uiLock) {
+	for _, l := range locks {
+		if l.Locked {
+			v.Held++
+		}
+		v.Waiters += l.Waiters
+	}
+	v.Queues = panelOf(locks, func(l uiLock) bool { return len(l.Queue) > 0 })
+	v.RW = panelOf(locks, func(l uiLock) bool { return l.Kind == "rwlock" })
+	v.Sems = panelOf(locks, func(l uiLock) bool { return l.Semaphore != nil })
+}
+
+// panelOf is the panel of the locks for which keep holds.
+func panelOf(locks []uiLock, keep func(uiLock) bool) uiPanel {
+	p := uiPanel{Rows: []uiLock{}}
+	for _, l := range locks {
+		if !keep(l) {
+			continue
+		}
+		p.Total++
+		if len(p.Rows) < uiMaxPanelRows {
+			p.Rows = append(p.Rows, l)
+		}
+	}
+	return p
 }
 
 // filterState keeps the locks and elections of st whose name starts with
@@ -131,21 +193,20 @@ func (u *uiServer) handleState(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleEvents streams the page's updates, one per sample, as
-// server-sent events, until the viewer goes or the console stops.
+// server-sent events, until the viewer goes, stops reading for
+// u.writeTimeout, or the console stops.
 func (u *uiServer) handleEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
+	// A write blocked on a viewer that stopped reading ends when the
+	// console stops: Shutdown does not wait for it.
+	stop := context.AfterFunc(r.Context(), func() { _ = rc.SetWriteDeadline(time.Now()) })
+	defer stop()
 	prefix := r.URL.Query().Get("prefix")
 	for {
 		st, next := u.current()
-		if !st.SampledAt.IsZero() {
-			b, err := json.Marshal(u.view(st, prefix))
-			if err != nil {
-				return
-			}
-			if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil || rc.Flush() != nil {
-				return
-			}
+		if !st.SampledAt.IsZero() && u.sendEvent(r.Context(), w, rc, u.view(st, prefix)) != nil {
+			return
 		}
 		select {
 		case <-r.Context().Done():
@@ -153,6 +214,27 @@ func (u *uiServer) handleEvents(w http.ResponseWriter, r *http.Request) {
 		case <-next:
 		}
 	}
+}
+
+// sendEvent writes v as one event, which must be written within
+// u.writeTimeout; it fails once ctx has ended.
+func (u *uiServer) sendEvent(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, v uiView) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := rc.SetWriteDeadline(time.Now().Add(u.writeTimeout)); err != nil {
+		return err
+	}
+	// ctx may have ended, and its cut of the deadline been undone, while
+	// the deadline was set.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+		return err
+	}
+	return rc.Flush()
 }
 
 // handleLock serves one lock as dlock status --json reads it, now.

@@ -18,9 +18,12 @@ type uiServer struct {
 	s      *session
 	writes bool   // --allow-writes
 	token  string // what a write's X-Dlock-Token must be
-	// anyHost: the console listens beyond loopback, and takes any Host.
-	anyHost bool
-	cop     *http.CrossOriginProtection
+	// hosts are the names, besides IP addresses and localhost, that a
+	// request's Host may carry (uiHosts), lower-case.
+	hosts []string
+	cop   *http.CrossOriginProtection
+	// writeTimeout bounds the write of each event of a stream.
+	writeTimeout time.Duration
 
 	mu      sync.Mutex
 	state   uiState       // the latest sample
@@ -56,7 +59,10 @@ type uiLock struct {
 
 // newUIServer returns the console of session s, with no sample yet.
 func newUIServer(s *session, writes bool, token string) *uiServer {
-	u := &uiServer{s: s, writes: writes, token: token, cop: http.NewCrossOriginProtection(), changed: make(chan struct{})}
+	u := &uiServer{
+		s: s, writes: writes, token: token, cop: http.NewCrossOriginProtection(),
+		changed: make(chan struct{}), writeTimeout: uiWriteTimeout,
+	}
 	u.state = uiState{Redis: s.eps[0].display, Mode: s.eps[0].mode, Writes: writes, Locks: []uiLock{}, Elections: []leaderJSON{}, Deadlocks: []deadlockJSON{}}
 	u.hist.init()
 	return u

@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +32,7 @@ type uiRun struct {
 }
 
 var (
-	uiURLLine   = regexp.MustCompile(`on (http://[0-9.:]+)/`)
+	uiURLLine   = regexp.MustCompile(`on (http://[0-9.:\[\]]+)/`)
 	uiTokenLine = regexp.MustCompile(`token: ([0-9a-f]{32})`)
 )
 
@@ -417,4 +421,296 @@ func TestUIClusterAndSentinel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fillLocks writes n held mutexes prefix000, prefix001, ... by hand, as
+// Redisson does, with an hour's lease.
+func fillLocks(t *testing.T, rdb *redis.Client, prefix string, n int) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			name := fmt.Sprintf("%s%03d", prefix, i)
+			p.HSet(ctx, name, fmt.Sprintf("%08x-0000-4000-8000-000000000000:1", i), 1)
+			p.PExpire(ctx, name, time.Hour)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdRead takes the read-write lock name in read mode with a Client of
+// its own.
+func holdRead(t *testing.T, name string) {
+	t.Helper()
+	c, err := dlock.New(newRedis(t), dlock.WithClientName("ui-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	rw, err := c.NewRWMutex(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.ReadLock().Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUIPanelsBeyondRowCap: with more locks than an update carries rows
+// for, a fair queue, a read-write lock and a permit semaphore whose names
+// sort after them still reach their panels, and the cards count every
+// lock, as GET /api/state has them.
+func TestUIPanelsBeyondRowCap(t *testing.T) {
+	name := lockName(t)
+	rdb := newRedis(t)
+	fillLocks(t, rdb, name+":a:", 600)
+	fair, rwName, sem := name+":z:fair", name+":z:rw", name+":z:permits"
+	queueByHand(t, rdb, fair, javaWaiter)
+	holdRead(t, rwName)
+	goldenSemaphores(t, name+":z:")
+	u := startUI(t, nil)
+	evs := u.events(t, "/api/events?prefix="+url.QueryEscape(name))
+	var v uiView
+	awaitEvent(t, evs, 10*time.Second, "every lock sampled", func(got uiView) bool {
+		v = got
+		return got.Matched >= 603
+	})
+	if len(v.State.Locks) != uiMaxRows {
+		t.Errorf("the update has %d rows of locks, want %d", len(v.State.Locks), uiMaxRows)
+	}
+	for _, p := range []struct {
+		what  string
+		panel uiPanel
+		want  string
+	}{{"fair queues", v.Queues, fair}, {"read-write", v.RW, rwName}, {"semaphores", v.Sems, sem}} {
+		if p.panel.Total != 1 || len(p.panel.Rows) != 1 || p.panel.Rows[0].Name != p.want {
+			t.Errorf("%s panel: %d of %d rows %v, want %s", p.what, len(p.panel.Rows), p.panel.Total, p.panel.Rows, p.want)
+		}
+	}
+	held, waiters := 0, int64(0)
+	for _, l := range u.state(t, name) {
+		if l["locked"] == true {
+			held++
+		}
+		w, _ := l["waiters"].(float64)
+		waiters += int64(w)
+	}
+	if v.Held != held || v.Waiters != waiters || waiters < 1 {
+		t.Errorf("cards: %d held, %d waiters; GET /api/state has %d held, %d waiters (want at least 1)", v.Held, v.Waiters, held, waiters)
+	}
+}
+
+// TestUIPanelOf: a panel carries its first uiMaxPanelRows locks and
+// counts them all.
+func TestUIPanelOf(t *testing.T) {
+	var locks []uiLock
+	for i := range uiMaxPanelRows + 50 {
+		locks = append(locks, uiLock{topLock: topLock{lockState: lockState{Name: fmt.Sprint(i), Kind: "rwlock"}}})
+	}
+	locks = append(locks, uiLock{topLock: topLock{lockState: lockState{Name: "other", Kind: "mutex"}}})
+	p := panelOf(locks, func(l uiLock) bool { return l.Kind == "rwlock" })
+	if p.Total != uiMaxPanelRows+50 || len(p.Rows) != uiMaxPanelRows {
+		t.Fatalf("panel of %d rows of %d, want %d of %d", len(p.Rows), p.Total, uiMaxPanelRows, uiMaxPanelRows+50)
+	}
+	if p.Rows[0].Name != "0" || p.Rows[uiMaxPanelRows-1].Name != fmt.Sprint(uiMaxPanelRows-1) {
+		t.Errorf("panel rows %s..%s, want the first of them", p.Rows[0].Name, p.Rows[uiMaxPanelRows-1].Name)
+	}
+}
+
+// hostStatus sends GET /api/state with Host host and returns the status.
+func (u *uiRun) hostStatus(t *testing.T, host string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u.base+"/api/state", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestUIHostCheck: listening beyond loopback, the console still refuses
+// a Host that is some name (a DNS rebinding page's); it answers one that
+// is an address, localhost, the machine's hostname or a name given with
+// --allow-host. On loopback, the hostname is refused, an --allow-host
+// name answered.
+func TestUIHostCheck(t *testing.T) {
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, _, _ := strings.Cut(hostname, ".")
+	wide := startUI(t, nil, "--listen", "0.0.0.0:0", "--allow-host", "Console.Example", "--allow-host", "other.example")
+	lo := startUI(t, nil, "--allow-host", "console.example")
+	type hostCase struct {
+		u    *uiRun
+		what string
+		host string
+		want int
+	}
+	cases := []hostCase{
+		{wide, "wide", "rebound.example:7070", http.StatusForbidden},
+		{wide, "wide", "console.example:7070", http.StatusOK},
+		{wide, "wide", "CONSOLE.example.", http.StatusOK},
+		{wide, "wide", "other.example", http.StatusOK},
+		{wide, "wide", hostname + ":7070", http.StatusOK},
+		{wide, "wide", short, http.StatusOK},
+		{wide, "wide", "127.0.0.1:7070", http.StatusOK},
+		{wide, "wide", "[::1]:7070", http.StatusOK},
+		{wide, "wide", "localhost:7070", http.StatusOK},
+		{lo, "loopback", "console.example:7070", http.StatusOK},
+		{lo, "loopback", "rebound.example", http.StatusForbidden},
+	}
+	if normalHost(short) != "localhost" && net.ParseIP(hostname) == nil {
+		cases = append(cases, hostCase{lo, "loopback", hostname, http.StatusForbidden})
+	}
+	for _, tc := range cases {
+		if got := tc.u.hostStatus(t, tc.host); got != tc.want {
+			t.Errorf("%s: Host %q: %d, want %d", tc.what, tc.host, got, tc.want)
+		}
+	}
+}
+
+// stallWatch is an event stream's ResponseWriter that sees how long its
+// writes block: a viewer that stops reading blocks them.
+type stallWatch struct {
+	http.ResponseWriter
+	since   atomic.Int64 // when the write in progress began (UnixNano); 0 if none
+	longest atomic.Int64 // the longest write so far (ns)
+}
+
+func (s *stallWatch) Write(b []byte) (int, error) {
+	start := time.Now()
+	s.since.Store(start.UnixNano())
+	defer func() {
+		s.since.Store(0)
+		if d := int64(time.Since(start)); d > s.longest.Load() {
+			s.longest.Store(d)
+		}
+	}()
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *stallWatch) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// stalledFor reports whether a write has been blocked for d.
+func (s *stallWatch) stalledFor(d time.Duration) bool {
+	since := s.since.Load()
+	return since != 0 && time.Since(time.Unix(0, since)) >= d
+}
+
+// testUIServer is a console with no session and no sample yet, for the
+// event stream, which needs no Redis.
+func testUIServer(writeTimeout time.Duration) *uiServer {
+	u := &uiServer{changed: make(chan struct{}), writeTimeout: writeTimeout}
+	u.hist.init()
+	return u
+}
+
+// publishing publishes a sample of uiMaxRows locks with long names (half
+// a megabyte an update) as u's every 5ms until the test ends.
+func publishing(t *testing.T, u *uiServer) {
+	st := uiState{Locks: []uiLock{}, Elections: []leaderJSON{}, Deadlocks: []deadlockJSON{}}
+	for i := range uiMaxRows {
+		name := fmt.Sprintf("%s:%d", strings.Repeat("x", 1000), i)
+		st.Locks = append(st.Locks, uiLock{topLock: topLock{lockState: lockState{Name: name, Locked: true, Holders: []holder{}}}})
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			st.SampledAt = time.Now()
+			u.mu.Lock()
+			u.state = st
+			close(u.changed)
+			u.changed = make(chan struct{})
+			u.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-stopped
+	})
+}
+
+// stalledStream serves u's event stream over TCP to a viewer that never
+// reads, while samples are published. It returns the stream's writer, a
+// channel closed when its handler returns, and what ends the request's
+// context as the console's stop does.
+func stalledStream(t *testing.T, u *uiServer) (*stallWatch, <-chan struct{}, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	writers, done := make(chan *stallWatch, 1), make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(done)
+		sw := &stallWatch{ResponseWriter: w}
+		writers <- sw
+		u.handleEvents(sw, r)
+	}))
+	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	srv.Start()
+	t.Cleanup(srv.Close) // after the viewer has gone: the handler then ends
+	t.Cleanup(cancel)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := fmt.Fprint(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	publishing(t, u)
+	select {
+	case sw := <-writers:
+		return sw, done, cancel
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request did not reach the handler")
+		return nil, nil, nil
+	}
+}
+
+// TestUIEventsStalledViewer: a viewer that stops reading loses its event
+// stream once a write has been blocked for the write timeout, and at
+// once when the console stops, however long the timeout: its handler
+// does not block for ever, nor hold up the console's Shutdown.
+func TestUIEventsStalledViewer(t *testing.T) {
+	t.Run("write timeout", func(t *testing.T) {
+		sw, done, _ := stalledStream(t, testUIServer(200*time.Millisecond))
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler still writes to a viewer that stopped reading, past its 200ms write timeout")
+		}
+		if longest := time.Duration(sw.longest.Load()); longest < 100*time.Millisecond {
+			t.Errorf("the stream ended after writes of at most %v: not by its write timeout", longest)
+		}
+	})
+	t.Run("console stops", func(t *testing.T) {
+		sw, done, stop := stalledStream(t, testUIServer(time.Hour))
+		eventually(t, 10*time.Second, func() error {
+			if !sw.stalledFor(200 * time.Millisecond) {
+				return errors.New("no write blocked for 200ms yet")
+			}
+			return nil
+		})
+		stop()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			t.Fatal("the handler still writes to a stalled viewer 2s after the console stopped")
+		}
+	})
 }

@@ -50,17 +50,15 @@ function fill(table, rows, cols, empty) {
 
 function cell(v, cls) { return el("td", cls ? { class: cls } : {}, v); }
 
-function renderCards(st, matched) {
-  const locks = st.locks;
-  const held = locks.filter((l) => l.locked).length;
-  const waiting = locks.reduce((n, l) => n + (l.waiters || 0), 0);
-  const queues = locks.filter((l) => l.queue && l.queue.length).length;
-  const sems = locks.filter((l) => l.semaphore).length;
+// The cards count every matching lock (the server counts them), not only
+// the rows an update carries.
+function renderCards(v) {
+  const st = v.state;
   const stats = [
-    ["Held locks", matched > locks.length ? held + "+" : held],
-    ["Waiters", waiting],
-    ["Fair queues", queues],
-    ["Semaphores", sems],
+    ["Held locks", v.held],
+    ["Waiters", v.waiters],
+    ["Fair queues", v.queues.total],
+    ["Semaphores", v.semaphores.total],
     ["Elections", st.elections.length],
     ["Deadlocks", st.deadlocks.length, st.deadlocks.length > 0],
   ];
@@ -90,9 +88,17 @@ function renderLocks(st, matched) {
   more.textContent = "Showing the first " + st.locks.length + " of " + matched + " matching names: narrow the prefix to see the rest (GET /api/state has them all).";
 }
 
-function renderQueues(st) {
+// capNote says, under a panel, when the update carries only the first of
+// its locks.
+function capNote(id, panel, what) {
+  const more = $(id);
+  more.hidden = panel.total <= panel.rows.length;
+  more.textContent = "Showing " + panel.rows.length + " of " + panel.total + " " + what + ": narrow the prefix to see the rest.";
+}
+
+function renderQueues(v) {
   const rows = [];
-  for (const l of st.locks) {
+  for (const l of v.queues.rows) {
     (l.queue || []).forEach((w, i) => rows.push(el("tr", {},
       el("td", {}, lockLink(l.name)), cell(i + 1, "num"),
       el("td", {}, w.gone ? el("span", { class: "sub" }, "gone (its process died)") : who(w.client, w.owner)),
@@ -100,17 +106,19 @@ function renderQueues(st) {
   }
   fill("queues", rows, 4, "no fair-lock waiters");
   $("queues-count").textContent = rows.length;
+  capNote("queues-more", v.queues, "fair queues");
 }
 
-function renderRW(st) {
+function renderRW(v) {
   const rows = [];
-  for (const l of st.locks.filter((l) => l.kind === "rwlock")) {
+  for (const l of v.rw.rows) {
     for (const h of l.holders) rows.push(el("tr", {},
       el("td", {}, lockLink(l.name)), cell(h.role), el("td", {}, who(h.client, h.owner)),
       cell(h.holds, "num"), cell(dur(h.ttl_ms != null ? h.ttl_ms : l.ttl_ms), "num")));
   }
   fill("rw", rows, 5, "no read-write locks held");
   $("rw-count").textContent = rows.length;
+  capNote("rw-more", v.rw, "read-write locks");
 }
 
 function permitList(sem) {
@@ -123,8 +131,8 @@ function permitList(sem) {
   return box;
 }
 
-function renderSems(st) {
-  const rows = st.locks.filter((l) => l.semaphore).map((l) => {
+function renderSems(v) {
+  const rows = v.semaphores.rows.map((l) => {
     const tr = el("tr", { class: "clickable" }, el("td", {}, lockLink(l.name)),
       cell(l.semaphore.in_use, "num"), cell(l.semaphore.available, "num"), el("td", {}, permitList(l.semaphore)));
     tr.addEventListener("click", (e) => { if (e.target.tagName !== "A") openLock(l.name); });
@@ -132,6 +140,7 @@ function renderSems(st) {
   });
   fill("sems", rows, 4, "no permits held");
   $("sems-count").textContent = rows.length;
+  capNote("sems-more", v.semaphores, "semaphores");
 }
 
 function renderElections(st) {
@@ -173,13 +182,13 @@ function render(v) {
   last = v;
   const st = v.state;
   renderHeader(st);
-  renderCards(st, v.matched);
+  renderCards(v);
   $("acq-chart").innerHTML = v.acq_svg; // drawn and escaped by the server
   $("wait-chart").innerHTML = v.wait_svg;
   renderLocks(st, v.matched);
-  renderQueues(st);
-  renderRW(st);
-  renderSems(st);
+  renderQueues(v);
+  renderRW(v);
+  renderSems(v);
   renderElections(st);
   renderGraph(v);
   document.body.dataset.sampled = st.sampled_at;
