@@ -345,6 +345,12 @@ func TestPermitSemaphoreNoHandOverBelowZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Shrunk before the waiter comes: SetPermits publishes the new count,
+	// and a waiter woken by it leaves the queue for a moment, when a
+	// release would find nobody to hand to.
+	if err := s.SetPermits(ctx, 1); err != nil { // available: -1
+		t.Fatal(err)
+	}
 	got := make(chan context.Context, 1)
 	go func() {
 		p, err := s.Acquire(ctx)
@@ -359,9 +365,6 @@ func TestPermitSemaphoreNoHandOverBelowZero(t *testing.T) {
 		}
 		return nil
 	})
-	if err := s.SetPermits(ctx, 1); err != nil { // available: -1
-		t.Fatal(err)
-	}
 	if err := s.Release(p1); err != nil {
 		t.Fatal(err)
 	}

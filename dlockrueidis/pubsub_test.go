@@ -3,6 +3,8 @@ package dlockrueidis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,9 @@ import (
 // A rueidis client whose blocking pool the application's own BLPOP holds:
 // the pub/sub connection cannot be had, and a waiter's Lock must still end
 // at its ctx's deadline, and Client.Close promptly, instead of waiting
-// for the pool under the hub's mutex.
+// for the pool under the hub's mutex; nor may the hub's reader linger
+// after Close until the pool frees.
+// Nor does the hub's reader linger after Close until the pool frees.
 func TestWaiterEndsWhileBlockingPoolIsFull(t *testing.T) {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true, BlockingPoolSize: 1})
 	if err != nil {
@@ -68,6 +72,35 @@ func TestWaiterEndsWhileBlockingPoolIsFull(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }()
 	awaitDone(t, closed, 5*time.Second, "Client.Close while the blocking pool is full")
+	// The hub's reader, which was waiting for the pool, is gone too: it
+	// does not linger until the application's BLPOP ends.
+	eventually(t, 5*time.Second, func() error {
+		if n := goroutinesIn("dlockrueidis.(*conn).open("); n > 0 {
+			return fmt.Errorf("%d pub/sub readers still wait for the blocking pool after Close", n)
+		}
+		return nil
+	})
+}
+
+// goroutinesIn counts the goroutines whose stack has a frame of function
+// (as runtime.Stack prints it, with the opening parenthesis).
+func goroutinesIn(function string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, function) {
+			count++
+		}
+	}
+	return count
 }
 
 func errString(err error) string {
