@@ -100,7 +100,8 @@ verify: redis netns
 # fencing increment, the resubscribe wake-up, the watchdog's lost notice,
 # the hand-over bound...) to a scratch copy of the tree, builds its
 # package's test binary once and runs only the tests the list names for
-# it, two mutations at a time (MUTATE_JOBS=n for more or fewer); it prints
+# it, four mutations at a time with at most one compile per CPU
+# (MUTATE_JOBS=n, MUTATE_BUILDS=n for other numbers); it prints
 # a table mutation -> failing test, with seconds, and fails if any mutation
 # survives. Not part of make test: run it before resolving engine changes.
 # BASE=main runs only the mutations whose file changed since main,

@@ -105,8 +105,11 @@ func browser(t *testing.T) context.Context {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Fatalf("%s: %v (make test installs Debian's chromium)", chromium, err)
 	}
+	// TMPDIR: chromium leaves a directory org.chromium.Chromium.* in the
+	// temporary directory behind; in the test's own, it goes with it.
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1440, 1000),
+		chromedp.ExecPath(chromium), chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR=" + t.TempDir()),
+		chromedp.WindowSize(1440, 1000),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
