@@ -60,11 +60,11 @@ demo:
 # beside it (bench/, ...), each vetted and tested on its own.
 MODULES := $(sort $(dir $(shell find . -name go.mod -not -path '*/.*' -not -path '*/testdata/*')))
 
+# test runs go test -race in every module, in lanes side by side
+# (scripts/test.sh): the root package's tests split over three processes,
+# the root module's other packages, and the other modules in turn.
 test: redis postgres chromium netns lint
-	@set -e; for m in $(MODULES); do \
-		echo "== $$m"; \
-		( cd $$m && $(GO) test -race -timeout 20m ./... ); \
-	done
+	GO=$(GO) scripts/test.sh $(MODULES)
 
 # bench compares dlock with the Go peers (bench/, its own module) on
 # throwaway redis-servers it starts itself, prints the tables, splices them
