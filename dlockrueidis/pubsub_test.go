@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -75,32 +74,11 @@ func TestWaiterEndsWhileBlockingPoolIsFull(t *testing.T) {
 	// The hub's reader, which was waiting for the pool, is gone too: it
 	// does not linger until the application's BLPOP ends.
 	eventually(t, 5*time.Second, func() error {
-		if n := goroutinesIn("dlockrueidis.(*conn).open("); n > 0 {
+		if n := redistest.GoroutinesIn("dlockrueidis.(*conn).open("); n > 0 {
 			return fmt.Errorf("%d pub/sub readers still wait for the blocking pool after Close", n)
 		}
 		return nil
 	})
-}
-
-// goroutinesIn counts the goroutines whose stack has a frame of function
-// (as runtime.Stack prints it, with the opening parenthesis).
-func goroutinesIn(function string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, function) {
-			count++
-		}
-	}
-	return count
 }
 
 func errString(err error) string {

@@ -71,6 +71,18 @@ func containsAny(s string, subs []string) bool {
 	return false
 }
 
+// GoroutinesIn counts the goroutines whose stack has a frame of function,
+// as runtime.Stack prints it ("pkg.(*T).name(", with the parenthesis).
+func GoroutinesIn(function string) int {
+	n := 0
+	for _, g := range allStacks() {
+		if strings.Contains(g, function) {
+			n++
+		}
+	}
+	return n
+}
+
 // allStacks returns the stack of every goroutine, the caller's first, as
 // printed by runtime.Stack: a "goroutine N [state]:" line and the frames.
 func allStacks() []string {
