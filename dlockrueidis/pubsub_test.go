@@ -18,7 +18,6 @@ import (
 // at its ctx's deadline, and Client.Close promptly, instead of waiting
 // for the pool under the hub's mutex; nor may the hub's reader linger
 // after Close until the pool frees.
-// Nor does the hub's reader linger after Close until the pool frees.
 func TestWaiterEndsWhileBlockingPoolIsFull(t *testing.T) {
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr}, DisableCache: true, BlockingPoolSize: 1})
 	if err != nil {

@@ -1912,14 +1912,19 @@ m "ui: the hostname allowed on loopback" cmd/dlock/cmd_ui.go \
   ./cmd/dlock '^(TestUIHostCheck)$'
 # A viewer that stops reading loses its stream at the write timeout...
 m "ui: no write deadline on events" cmd/dlock/ui_http.go \
-  'rc.SetWriteDeadline(time.Now().Add(u.writeTimeout))' \
-  'rc.SetWriteDeadline(time.Time{})' \
+  'if err := rc.SetWriteDeadline(time.Now().Add(u.writeTimeout)); err != nil {' \
+  'if err := rc.SetWriteDeadline(time.Time{}); err != nil {' \
   ./cmd/dlock '^(TestUIEventsStalledViewer)$'
-# ...and at once when the console stops.
+# ...and at once when the console stops; so does any response.
 m "ui: a stalled stream holds up the stop" cmd/dlock/ui_http.go \
   'func() { _ = rc.SetWriteDeadline(time.Now()) }' \
   'func() {}' \
-  ./cmd/dlock '^(TestUIEventsStalledViewer)$'
+  ./cmd/dlock '^(TestUIEventsStalledViewer|TestUIStateStalledClient)$'
+# A client that stops reading /api/state loses it at the write timeout.
+m "ui: no write deadline on a response" cmd/dlock/ui_http.go \
+  '_ = rc.SetWriteDeadline(time.Now().Add(u.writeTimeout))' \
+  '_ = rc.SetWriteDeadline(time.Time{})' \
+  ./cmd/dlock '^(TestUIStateStalledClient)$'
 
 # copy makes a scratch copy of the working tree (without .git) in $1.
 copy() {

@@ -28,8 +28,18 @@ else
 fi
 
 work=$(mktemp -d /tmp/dlock-test.XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM
+# Each lane runs in a process group of its own (set -m), so that an early
+# exit stops its go test, test binaries and their redis-servers too.
+set -m
+stop_lanes() {
+  local pid
+  for pid in "${!lane_of[@]}"; do kill -- -"$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap stop_lanes EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 declare -A lane_of=() # the pid of a running lane -> its name
 # lane runs "$@" in the background as the lane named $1, its output into
@@ -65,8 +75,16 @@ root_shard() {
   mapfile -t names < <(awk -v k="$1" -v n="$shards" '(NR - 1) % n == k' "$work/root.list")
   pattern="^($(IFS='|' && echo "${names[*]}"))\$"
   echo "${#names[@]} tests of $(wc -l <"$work/root.list")"
-  # -test.paniconexit0: a test that exits the process early fails.
-  "$work/root.test" -test.run "$pattern" -test.timeout 20m -test.paniconexit0 && echo "ok"
+  # -test.paniconexit0: a test that exits the process early fails. -v,
+  # to check below that every name of the shard ran.
+  "$work/root.test" -test.run "$pattern" -test.timeout 20m -test.paniconexit0 -test.v >"$work/shard$1.v" 2>&1
+  local rc=$? n
+  grep -vE '^(=== |    |--- PASS)' "$work/shard$1.v"
+  ((rc == 0)) || return $rc
+  for n in "${names[@]}"; do
+    grep -qE -- "^--- (PASS|SKIP): $n " "$work/shard$1.v" || { echo "FAIL: $n did not run"; return 1; }
+  done
+  echo "ok"
 }
 
 root=0 others=()
@@ -78,12 +96,19 @@ if ((root)); then
   # The root package: one build, then its shards. The module's other
   # packages go test in a lane of their own.
   $GO test "${flags[@]}" -c -o "$work/root.test" . || exit 1
-  "$work/root.test" -test.list '.*' | grep -E '^(Test|Example|Fuzz)' >"$work/root.list"
+  if ! "$work/root.test" -test.list '.*' >"$work/list.out" 2>&1; then
+    echo "listing the root package's tests failed:"
+    cat "$work/list.out"
+    exit 1
+  fi
+  grep -E '^(Test|Example|Fuzz)' "$work/list.out" >"$work/root.list"
+  [[ -s $work/root.list ]] || { echo "the root package lists no tests"; exit 1; }
   for ((k = 0; k < shards; k++)); do
     lane "root-shard-$((k + 1))-of-$shards" root_shard "$k"
   done
-  mapfile -t pkgs < <($GO list ./... | grep -vx "$($GO list .)")
-  lane root-module-packages $GO test "${flags[@]}" "${pkgs[@]}"
+  all=$($GO list ./...) && self=$($GO list .) || exit 1
+  mapfile -t pkgs < <(grep -vx -- "$self" <<<"$all")
+  ((${#pkgs[@]})) && lane root-module-packages $GO test "${flags[@]}" "${pkgs[@]}"
 fi
 # verify/'s smoke takes two minutes by itself: it gets a lane of its own,
 # the other modules share one.

@@ -30,8 +30,9 @@ const uiMaxRows = 500
 // its panel however many names sort before it.
 const uiMaxPanelRows = 200
 
-// uiWriteTimeout bounds the write of each event: a viewer that stops
-// reading loses its stream, instead of holding its handler for ever.
+// uiWriteTimeout bounds the write of each response and of each event of
+// a stream: a client that stops reading loses its response or stream,
+// instead of holding its handler for ever.
 const uiWriteTimeout = 10 * time.Second
 
 // uiTokenHeader is the header a write carries the start's token in.
@@ -70,6 +71,14 @@ func (u *uiServer) guard(next http.Handler) http.Handler {
 			uiError(w, http.StatusForbidden, "Host %q refused: open the console by its address (or start it with --allow-host)", r.Host)
 			return
 		}
+		// A response must be written within u.writeTimeout (an event
+		// stream sets it again for each event), and a write blocked on a
+		// client that stopped reading ends at once when the console
+		// stops: Shutdown waits for no handler.
+		rc := http.NewResponseController(w)
+		_ = rc.SetWriteDeadline(time.Now().Add(u.writeTimeout))
+		stop := context.AfterFunc(r.Context(), func() { _ = rc.SetWriteDeadline(time.Now()) })
+		defer stop()
 		next.ServeHTTP(w, r)
 	})
 }
@@ -197,11 +206,7 @@ func (u *uiServer) handleState(w http.ResponseWriter, r *http.Request) {
 // u.writeTimeout, or the console stops.
 func (u *uiServer) handleEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
-	rc := http.NewResponseController(w)
-	// A write blocked on a viewer that stopped reading ends when the
-	// console stops: Shutdown does not wait for it.
-	stop := context.AfterFunc(r.Context(), func() { _ = rc.SetWriteDeadline(time.Now()) })
-	defer stop()
+	rc := http.NewResponseController(w) // guard cuts its deadline when the console stops
 	prefix := r.URL.Query().Get("prefix")
 	for {
 		st, next := u.current()

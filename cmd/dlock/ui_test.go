@@ -614,14 +614,23 @@ func testUIServer(writeTimeout time.Duration) *uiServer {
 	return u
 }
 
-// publishing publishes a sample of uiMaxRows locks with long names (half
-// a megabyte an update) as u's every 5ms until the test ends.
-func publishing(t *testing.T, u *uiServer) {
+// publishing publishes a sample of n locks with long names (a kilobyte
+// each) as u's every 5ms until the test ends.
+func publishing(t *testing.T, u *uiServer, n int) {
 	st := uiState{Locks: []uiLock{}, Elections: []leaderJSON{}, Deadlocks: []deadlockJSON{}}
-	for i := range uiMaxRows {
+	for i := range n {
 		name := fmt.Sprintf("%s:%d", strings.Repeat("x", 1000), i)
 		st.Locks = append(st.Locks, uiLock{topLock: topLock{lockState: lockState{Name: name, Locked: true, Holders: []holder{}}}})
 	}
+	publish := func() {
+		st.SampledAt = time.Now()
+		u.mu.Lock()
+		u.state = st
+		close(u.changed)
+		u.changed = make(chan struct{})
+		u.mu.Unlock()
+	}
+	publish() // the first before any request
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -633,12 +642,7 @@ func publishing(t *testing.T, u *uiServer) {
 				return
 			case <-tick.C:
 			}
-			st.SampledAt = time.Now()
-			u.mu.Lock()
-			u.state = st
-			close(u.changed)
-			u.changed = make(chan struct{})
-			u.mu.Unlock()
+			publish()
 		}
 	}()
 	t.Cleanup(func() {
@@ -652,13 +656,21 @@ func publishing(t *testing.T, u *uiServer) {
 // channel closed when its handler returns, and what ends the request's
 // context as the console's stop does.
 func stalledStream(t *testing.T, u *uiServer) (*stallWatch, <-chan struct{}, context.CancelFunc) {
+	return stalled(t, u, "/api/events", uiMaxRows)
+}
+
+// stalled serves u's routes over TCP to a client that asks for path and
+// never reads, while samples of n locks are published; it returns as
+// stalledStream does.
+func stalled(t *testing.T, u *uiServer, path string, n int) (*stallWatch, <-chan struct{}, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	writers, done := make(chan *stallWatch, 1), make(chan struct{})
+	routes := u.routes()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(done)
 		sw := &stallWatch{ResponseWriter: w}
 		writers <- sw
-		u.handleEvents(sw, r)
+		routes.ServeHTTP(sw, r)
 	}))
 	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
 	srv.Start()
@@ -669,10 +681,10 @@ func stalledStream(t *testing.T, u *uiServer) (*stallWatch, <-chan struct{}, con
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := fmt.Fprint(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+	publishing(t, u, n)
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path); err != nil {
 		t.Fatal(err)
 	}
-	publishing(t, u)
 	select {
 	case sw := <-writers:
 		return sw, done, cancel
@@ -713,4 +725,33 @@ func TestUIEventsStalledViewer(t *testing.T) {
 			t.Fatal("the handler still writes to a stalled viewer 2s after the console stopped")
 		}
 	})
+}
+
+// TestUIStateStalledClient: a client of /api/state that stops reading a
+// large answer (20 MB) holds its handler no longer than the write
+// timeout, and not at all once the console stops.
+func TestUIStateStalledClient(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		stop    bool
+	}{{"write timeout", 200 * time.Millisecond, false}, {"console stops", time.Hour, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			sw, done, stop := stalled(t, testUIServer(tc.timeout), "/api/state", 20000)
+			if tc.stop {
+				eventually(t, 10*time.Second, func() error {
+					if !sw.stalledFor(200 * time.Millisecond) {
+						return errors.New("no write blocked for 200ms yet")
+					}
+					return nil
+				})
+				stop()
+			}
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the /api/state handler still writes to a client that stopped reading (%s)", tc.name)
+			}
+		})
+	}
 }
