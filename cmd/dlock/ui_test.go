@@ -712,18 +712,24 @@ func TestUIEventsStalledViewer(t *testing.T) {
 	})
 	t.Run("console stops", func(t *testing.T) {
 		sw, done, stop := stalledStream(t, testUIServer(time.Hour))
-		eventually(t, 10*time.Second, func() error {
-			if !sw.stalledFor(200 * time.Millisecond) {
-				return errors.New("no write blocked for 200ms yet")
-			}
-			return nil
-		})
+		awaitStalled(t, sw)
 		stop()
 		select {
 		case <-done:
 		case <-time.After(2 * time.Second):
 			t.Fatal("the handler still writes to a stalled viewer 2s after the console stopped")
 		}
+	})
+}
+
+// awaitStalled waits until a write to sw has been blocked for 200ms.
+func awaitStalled(t *testing.T, sw *stallWatch) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		if !sw.stalledFor(200 * time.Millisecond) {
+			return errors.New("no write blocked for 200ms yet")
+		}
+		return nil
 	})
 }
 
@@ -739,12 +745,7 @@ func TestUIStateStalledClient(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sw, done, stop := stalled(t, testUIServer(tc.timeout), "/api/state", 20000)
 			if tc.stop {
-				eventually(t, 10*time.Second, func() error {
-					if !sw.stalledFor(200 * time.Millisecond) {
-						return errors.New("no write blocked for 200ms yet")
-					}
-					return nil
-				})
+				awaitStalled(t, sw)
 				stop()
 			}
 			select {
