@@ -99,7 +99,8 @@ func (h *handle) waiter(ctx context.Context, try bool) (*waiter, error) {
 		return nil, err
 	}
 	_, counts := h.kind.(countedWakes)
-	w := &waiter{sleeper: sleeper{hub: h.c.hub, counts: counts}, h: h, req: req, hands: h.handsOver(req)}
+	_, listens := h.kind.(messageHander)
+	w := &waiter{sleeper: sleeper{hub: h.c.hub, counts: counts, listens: listens}, h: h, req: req, hands: h.handsOver(req)}
 	if s, ok := h.kind.(spinner); ok && !try {
 		w.spin = s.newBackoff()
 	}
@@ -213,6 +214,9 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		defer done()
 	}
 	w.lockCtx, res, err = h.settle(ctx, req, hd, start, res, err, w.last)
+	if err == nil && w.lockCtx == nil && res.seq != 0 {
+		w.sent, w.seq = start, res.seq // answered: the lock is another owner's (handedByMessage)
+	}
 	// A counting waiter that took a permit with more left passes its
 	// wake-up on: a waiter of this Client that joined the queue without
 	// an attempt may be waiting while permits are free.

@@ -134,20 +134,28 @@ func (h *handle) giveBack(req request) <-chan struct{} {
 	// that lease has run out, or the lock would stay taken for a lease.
 	until := time.Now().Add(validity(req.lease))
 	return h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
-		send := func(ctx context.Context) error {
-			_, err := h.kind.release(ctx, req)
-			return err
-		}
-		if _, err := h.sendUntil(ctx, until, nil, send); err != nil {
-			// Redis unreachable all along: the attempt almost surely took
-			// nothing, and an outage is reported elsewhere.
-			level := slog.LevelWarn
-			if errors.Is(err, ErrUnreachable) || transport.DialFailed(err) {
-				level = slog.LevelDebug
-			}
-			h.c.cfg.logger.Log(ctx, level, "dlock: a failed attempt may have taken the lock; giving it back failed, so it expires with its lease", "lock", h.name, "error", err)
-		}
+		h.sendBack(ctx, req, until)
 	})
+}
+
+// sendBack releases what req's owner may hold without a hold of this
+// Client (an attempt's take that nobody kept, a hand-over to a waiter that
+// left), sending the release again after a failure that may pass until
+// until, when the lease it may have set has run out.
+func (h *handle) sendBack(ctx context.Context, req request, until time.Time) {
+	send := func(ctx context.Context) error {
+		_, err := h.kind.release(ctx, req)
+		return err
+	}
+	if _, err := h.sendUntil(ctx, until, nil, send); err != nil {
+		// Redis unreachable all along: the attempt almost surely took
+		// nothing, and an outage is reported elsewhere.
+		level := slog.LevelWarn
+		if errors.Is(err, ErrUnreachable) || transport.DialFailed(err) {
+			level = slog.LevelDebug
+		}
+		h.c.cfg.logger.Log(ctx, level, "dlock: giving back a lock this owner may hold failed, so it expires with its lease", "lock", h.name, "error", err)
+	}
 }
 
 // closedChan is a channel that is always closed.
@@ -155,17 +163,29 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // leave takes a waiter that stopped waiting out of the kind's queue, for
 // kinds that keep one (the fair lock), in the background, and waits
-// cleanupGrace for it.
+// cleanupGrace for it. A leave whose answer is lost is sent again, as a
+// release is, for as long as a lease handed over to the owner meanwhile
+// could last. When a release handed the lock over to the owner before it
+// left, the lock is given back through the release path (giveBack's
+// sendBack), with its re-sends: nobody else would release it before its
+// lease ran out.
 func (h *handle) leave(req request) {
 	a, ok := h.kind.(leaver)
 	if !ok || !req.wait {
 		return
 	}
+	until := time.Now().Add(validity(req.lease))
 	grace(h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		defer cancel()
-		if err := a.leave(ctx, req); err != nil {
+		holding := false
+		_, err := h.sendUntil(ctx, until, nil, func(ctx context.Context) (err error) {
+			holding, err = a.leave(ctx, req)
+			return err
+		})
+		switch {
+		case err != nil:
 			h.c.cfg.logger.Warn("dlock: leaving the wait queue failed", "lock", h.name, "error", err)
+		case holding:
+			h.sendBack(ctx, req, until)
 		}
 	}))
 }

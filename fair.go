@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,9 +46,21 @@ import (
 // lock.
 //
 // What one acquisition costs Redis: a waiter joins the queue with one
-// script and takes the lock with one more when woken; a grant moves only
-// the new head's deadline (one ZADD), not the whole queue's, and a joiner
-// counts its deadline from its place, not from the last waiter's.
+// script, and an unlock hands the lock over to it when it is the head: a
+// dlock head that listens on its channel holds the lock once it is told,
+// with the unlocker's lease (and a new fencing token when the unlocker is
+// fenced), and needs no attempt of its own (a head whose handle has
+// another lease, or that needs a token the unlocker did not take, makes
+// one). A Redisson head, or one that nobody listens for (its process
+// died), is woken and takes the lock with an attempt (and the release
+// reads no deadline of a dlock head it hands over to). A waiter whose
+// process dies just as an unlock runs, before Redis has seen its
+// connection close, can be handed the lock: it then holds it for the
+// unlocker's lease, as a holder that dies does. A grant moves only
+// the new head's deadline (one ZADD), not the whole queue's, and only a
+// Redisson new head's (a dlock head keeps its own ahead), a joiner counts
+// its deadline from its place, not from the last waiter's, and reads the
+// head's deadline only when the head is a Redisson waiter.
 // A Lock on a lock that a waiting attempt of the same handle found taken
 // less than a second ago subscribes to its channel before it joins, so it
 // needs no attempt after subscribing. A waiter named for the dead-waiter
@@ -235,28 +249,47 @@ const fairPruneRounds = 4
 func (k *fairKind) try(ctx context.Context, r request) (res attemptResult, head string, err error) {
 	r.check.Reset()
 	cmd, _ := k.c.drv.Run(ctx, r.check, scripts.FairAcquire, []string{k.name, k.queue, k.deadlines, k.token, k.channelPrefix},
-		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fenceArg(r), unlockMessage, k.c.publish,
+		millis(r.lease), r.owner, k.wait, boolArg(r.wait), fairFenceArg(r), unlockMessage, k.c.publish,
 		millis(fairHeadCheck), millis(fairFreeCheck))
 	reply, err := cmd.Slice()
 	if err != nil {
 		return attemptResult{}, "", err
 	}
-	nums := make([]int64, 0, 2)
+	nums := make([]int64, 0, 3)
 	for i, v := range reply {
 		switch v := v.(type) {
 		case int64:
 			nums = append(nums, v)
 		case string:
-			if i == 2 {
+			if i == 3 {
 				head = v
 			}
 		}
 	}
+	var seq int64
+	if len(nums) == 3 { // {0, ms, us}: taken, as of the server's clock us
+		seq, nums = nums[2], nums[:2]
+	}
 	res, err = parseAttempt(nums)
+	res.seq = seq
 	if err == nil && r.wait && !res.acquired {
 		k.busy.Store(time.Now().UnixNano())
 	}
 	return res, head, err
+}
+
+// fairFenceArg is the fencing argument of a fair attempt (fenceArg): a
+// fenced first acquisition ("-4") takes a new token even when it finds
+// its owner holding the lock. A release may have handed the lock over to
+// it without a token (an unfenced unlocker's), and the counter's last
+// token is then an earlier holder's; for a command re-sent after a lost
+// reply, a new token is as good as the one its first run took, which
+// nobody got.
+func fairFenceArg(r request) string {
+	if r.fence && !r.reentry {
+		return "-4"
+	}
+	return fenceArg(r)
 }
 
 // subscribeEarly says that a Lock should subscribe before its first
@@ -272,16 +305,98 @@ func (k *fairKind) subscribeEarly() bool {
 // its next Locks subscribe before their first attempt.
 const fairBusyFor = time.Second
 
+// release gives back r.owner's hold. When the head waiter is a dlock
+// waiter, of any Client, subscribed to its channel, the release hands the
+// lock over to it with r's lease (and a fencing token when r is fenced),
+// and tells it so (fair_release.lua, handedOver): the head needs no
+// attempt of its own. Only where the script can count who received the
+// message (handsOverByMessage); elsewhere the head is woken and attempts.
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease, []string{k.name, k.queue, k.deadlines, k.channelPrefix},
-		unlockMessage, r.owner, k.c.publish, k.wait))
+	args := []any{unlockMessage, r.owner, k.c.publish, k.wait}
+	if k.handsOverByMessage() {
+		args = append(args, millis(r.lease), boolArg(r.fence))
+	}
+	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease,
+		[]string{k.name, k.queue, k.deadlines, k.channelPrefix, k.token}, args...))
 }
 
-// leave takes a waiter that gave up out of the queue.
-func (k *fairKind) leave(ctx context.Context, r request) error {
-	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
-	return k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Err()
+// handsOverByMessage says whether a release may hand the lock over by
+// message. The script hands over only when PUBLISH says the message
+// reached someone, and frees the lock otherwise; that count must include
+// the head's subscription, or the head takes a message as its grant while
+// the lock is free for anyone. One server counts every subscriber, and so
+// does SPUBLISH on a cluster (a shard's subscribers connect to its
+// master); a cluster's classic PUBLISH counts only the node that ran it,
+// while the message reaches every node. Not with WithReplicaSync either:
+// the head's hold would skip the replica sync.
+func (k *fairKind) handsOverByMessage() bool {
+	return !k.c.cfg.replicas.enabled() && (!k.c.cluster || k.c.publish == "spublish")
 }
+
+// handedOver reads the messages of a waiter's channel (msgs, oldest
+// first) for a hand-over (fair_release.lua) that ran after the waiter's
+// latest attempt that found the lock taken, which ran at after on the
+// server's clock: found says that such a release gave the lock to the
+// waiter, with the lease lease and the fencing token token (0 when the
+// release took none). An older hand-over is no grant: the attempt after
+// it found the lock another owner's, so the hold it gave has ended.
+func (k *fairKind) handedOver(msgs []string, after int64) (lease time.Duration, token int64, found bool) {
+	for _, m := range msgs {
+		ho, ok := parseHandOver(m)
+		if ok && (ho.seq > after || !handOverSeqChecked) {
+			lease, token, found = ho.lease, ho.token, true
+		}
+	}
+	return lease, token, found
+}
+
+// handOverMessage is what a hand-over message says (fair_release.lua):
+// "h:<lease ms>:<token>:<server clock us>".
+type handOverMessage struct {
+	lease time.Duration
+	token int64
+	seq   int64
+}
+
+// parseHandOver reads a hand-over message; ok is false for any other
+// message (the plain wake-up "0").
+func parseHandOver(m string) (ho handOverMessage, ok bool) {
+	rest, ok := strings.CutPrefix(m, "h:")
+	if !ok {
+		return ho, false
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != 3 {
+		return ho, false
+	}
+	var n [3]int64
+	for i, p := range parts {
+		v, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return ho, false
+		}
+		n[i] = v
+	}
+	return handOverMessage{lease: time.Duration(n[0]) * time.Millisecond, token: n[1], seq: n[2]}, true
+}
+
+// leave takes a waiter that gave up out of the queue. A release may have
+// handed the lock over to it meanwhile: the script then finds it holding
+// the lock, not queued, and leave reports holding, unless this Client
+// holds the lock for the owner (a re-entry's). The caller gives the lock
+// back (handle.leave).
+func (k *fairKind) leave(ctx context.Context, r request) (holding bool, err error) {
+	keys := []string{k.name, k.queue, k.deadlines, k.channelPrefix}
+	n, err := k.c.eval(ctx, scripts.FairLeave, keys, r.owner, k.wait, unlockMessage, k.c.publish).Int64()
+	if err != nil || n != fairLeftHolding || r.reentry {
+		return false, err
+	}
+	return k.c.holds.held(holdKey{k.key(), k.field(r.owner)}) == nil, nil
+}
+
+// fairLeftHolding is fair_leave.lua's answer for an owner that was not
+// queued but holds the lock.
+const fairLeftHolding = 2
 
 // prune takes a waiter found dead out of the queue, and wakes it on its
 // channel: should it be alive after all (its record lost to an eviction,

@@ -153,7 +153,7 @@ func TestFairLiveWaiterNotTakenForDead(t *testing.T) {
 	if other.goneOwner(ctx, java+":1") {
 		t.Errorf("the Redisson owner %s:1 taken for a dead dlock waiter", java)
 	}
-	if err := m.kind.(*fairKind).leave(ctx, request{owner: owner}); err != nil {
+	if _, err := m.kind.(*fairKind).leave(ctx, request{owner: owner}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -194,7 +194,7 @@ func TestFairJoinsAfterRecord(t *testing.T) {
 	if q := fairQueue(t, c.rdb, name); len(q) != 1 || q[0] != owner {
 		t.Errorf("queue %v, want %s", q, owner)
 	}
-	if err := m.kind.(*fairKind).leave(ctx, request{owner: owner}); err != nil {
+	if _, err := m.kind.(*fairKind).leave(ctx, request{owner: owner}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -234,7 +234,7 @@ func TestFairNeverSeenWaiterKept(t *testing.T) {
 	if _, err := fm.kind.(*fairKind).attempt(ctx, request{owner: behind, lease: time.Second, wait: true}); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = fm.kind.(*fairKind).leave(context.Background(), request{owner: behind}) }()
+	defer func() { _, _ = fm.kind.(*fairKind).leave(context.Background(), request{owner: behind}) }()
 	if q := fairQueue(t, admin, name); len(q) != 2 || q[0] != owner || q[1] != behind {
 		t.Fatalf("queue %v, want [%s %s]: the never-seen waiter was pruned", q, owner, behind)
 	}
@@ -273,14 +273,14 @@ func TestFairPrunedWaiterWoken(t *testing.T) {
 	if _, err := om.kind.(*fairKind).attempt(ctx, request{owner: behind, lease: time.Second, wait: true}); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = om.kind.(*fairKind).leave(context.Background(), request{owner: behind}) }()
+	defer func() { _, _ = om.kind.(*fairKind).leave(context.Background(), request{owner: behind}) }()
 	eventually(t, 5*time.Second, func() error {
 		if q := fairQueue(t, other.rdb, name); len(q) != 2 || q[0] != behind || q[1] != owner {
 			return fmt.Errorf("queue %v, want [%s %s]: the pruned waiter has not joined again", q, behind, owner)
 		}
 		return nil
 	})
-	if err := om.kind.(*fairKind).leave(ctx, request{owner: behind}); err != nil {
+	if _, err := om.kind.(*fairKind).leave(ctx, request{owner: behind}); err != nil {
 		t.Fatal(err)
 	}
 	if err := holder.Unlock(held); err != nil {

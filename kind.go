@@ -53,9 +53,10 @@ type kind interface {
 
 // leaver is implemented by kinds that keep waiters in Redis (the fair
 // lock's queue): leave is called when owner stops waiting without the
-// lock.
+// lock. holding says that the owner was not queued but holds the lock (a
+// release of another Client handed it over): it is given back.
 type leaver interface {
-	leave(ctx context.Context, r request) error
+	leave(ctx context.Context, r request) (holding bool, err error)
 }
 
 // selfKept is implemented by kinds whose acquisitions the kind keeps
@@ -125,6 +126,10 @@ type attemptResult struct {
 	// another owner" (RedLock: which nodes refused); it is wrapped into the
 	// ErrNotObtained error.
 	reason error
+	// seq, when not acquired and the kind hands over by message (the
+	// fair lock), is the server's clock in microseconds when the attempt
+	// ran: a hand-over message from before it is no grant (handedOver).
+	seq int64
 }
 
 type releaseResult int

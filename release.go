@@ -189,7 +189,7 @@ func (h *handle) sendUntil(ctx context.Context, until time.Time, first error, se
 // first waiter of this Client on the lock (a Mutex's, on the same name)
 // to try again, since no message will.
 func (h *handle) sendRelease(ctx context.Context, hd *hold, first bool) error {
-	req := request{owner: hd.owner, lease: hd.lease}
+	req := request{owner: hd.owner, lease: hd.lease, fence: h.cfg.fenced}
 	var res releaseResult
 	var err error
 	gate := reachGate(h.c, h.kind)

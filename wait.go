@@ -29,10 +29,11 @@ const pollNoExpiry = time.Second
 // confirmed (Ready), since the message may have been published before it:
 // the caller tries again then. Later sleeps end at a message (Wake).
 type sleeper struct {
-	hub    *pubsub.Hub
-	counts bool // subscribe as a counting waiter (pubsub.SubscribeCounted)
-	sub    *pubsub.Waiter
-	timer  *time.Timer
+	hub     *pubsub.Hub
+	counts  bool // subscribe as a counting waiter (pubsub.SubscribeCounted)
+	listens bool // subscribe as a listener (pubsub.Listen): the messages say something
+	sub     *pubsub.Waiter
+	timer   *time.Timer
 }
 
 // arm sets the timer to end the next sleep after d.
@@ -91,6 +92,8 @@ type waiter struct {
 	last    error           // why the latest attempt failed, when the kind says
 	joined  bool            // joined subscribed waiters of this Client: no attempt after subscribing
 	spin    *backoff        // the kind is a spinner: each sleep is its next step at most
+	sent    time.Time       // when the latest attempt answered "taken" was sent
+	seq     int64           // the server's clock when it ran (attemptResult.seq)
 	lockCtx context.Context // the lock context, once acquired
 	ob      *lockObs        // nil without observers
 
@@ -107,6 +110,9 @@ type waiter struct {
 func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
 	h := w.h
 	g, err := w.nap(ctx, res)
+	if err == nil && !g.ok && !g.unknown {
+		g = w.handedByMessage()
+	}
 	req := w.req // the sleep's owner (placeOwner)
 	switch {
 	case g.unknown && w.selfKept():
@@ -126,6 +132,41 @@ func (w *waiter) sleep(ctx context.Context, res attemptResult) (bool, error) {
 		grace(h.giveBack(req))
 	}
 	return err == nil, err
+}
+
+// messageHander is implemented by kinds whose release hands the lock over
+// to a waiter of any Client and says so in the message that wakes it (the
+// fair lock's).
+type messageHander interface {
+	// handedOver reads a waiter's messages, oldest first, for a
+	// hand-over that ran after the server's clock read after (in
+	// microseconds): found, with the lease it set and the fencing token
+	// it took (0 for none).
+	handedOver(msgs []string, after int64) (lease time.Duration, token int64, found bool)
+}
+
+// handedByMessage returns the grant of a release, of any Client, that
+// handed the lock over to the waiter and said so in the message that woke
+// it (messageHander). Only a hand-over that ran after the waiter's latest
+// answered attempt that found the lock taken counts (the message carries
+// the server's clock, the answer too): an older one gave a hold that has
+// ended since, or that attempt would have found the waiter holding. The
+// hold's lease counts from when that attempt was sent, before the
+// hand-over ran; an attempt without an answer does not count. A hand-over
+// that took no token for a fenced waiter, or that set another lease than
+// the waiter's, is not taken as one: the next attempt finds the owner
+// holding the lock and sets the lease (and takes a token) itself.
+func (w *waiter) handedByMessage() grant {
+	k, ok := w.h.kind.(messageHander)
+	if !ok || w.sub == nil || w.sent.IsZero() {
+		return grant{}
+	}
+	msgs, _ := w.sub.Messages()
+	lease, token, found := k.handedOver(msgs, w.seq)
+	if !found || w.req.fence && token == 0 || millis(lease) != millis(w.req.lease) {
+		return grant{}
+	}
+	return grant{ok: true, token: token, start: w.sent}
 }
 
 // joinCounted subscribes a counting waiter (a permit's) before its
@@ -327,8 +368,11 @@ const earlyConfirm = fairFreeCheck
 // the background.
 func (s *sleeper) subscribe(ctx context.Context, channel string) (*pubsub.Waiter, error) {
 	hub, sub := s.hub, s.hub.Subscribe
-	if s.counts {
+	switch {
+	case s.counts:
 		sub = hub.SubscribeCounted
+	case s.listens:
+		sub = hub.Listen
 	}
 	if ctx.Done() == nil {
 		return sub(ctx, channel)

@@ -767,7 +767,7 @@ m "fair: release does not wake the head waiter" internal/scripts/fair_release.lu
   "wakeHead(KEYS[3], KEYS[4], now, tonumber(ARGV[4]), ARGV[1], ARGV[3], head, deadline, 0)
 return 1" \
   "return 1" \
-  . '^(TestFairUnlockWakesHead|TestFairGrantOrder)$'
+  . '^(TestRedissonFairWakeUp)$'
 # When the head of a free lock's queue gives up, the next waiter is woken
 # at once, not when its sleep (the old lease) runs out.
 m "fair: leave does not wake the next waiter" internal/scripts/fair_leave.lua \
@@ -787,7 +787,7 @@ m "fair: leave leaves the deadlines behind unchanged" internal/scripts/fair_leav
 m "fair: a grant leaves the queue's deadlines where they were" internal/scripts/fair_acquire.lua \
   "    promote(KEYS[3], after, now + lease + wait)" \
   "    local _ = promote" \
-  . '^(TestFairGrantMovesQueueUp|TestFairJavaWaiterAmongDlockGrants)$'
+  . '^(TestFairAttemptGrantPromotes)$'
 # A joiner's deadline is one wait per place past the lock's expiry, which
 # keeps the distances of Redisson's rule without reading the last waiter.
 m "fair: a joiner's deadline ignores its place" internal/scripts/fair_acquire.lua \
@@ -830,6 +830,58 @@ m "fair: the head of a free lock not named for a check" internal/scripts/fair_ac
   "  if not locked or second then" \
   "  if second then" \
   . '^(TestFairTryLockPastDeadWaiter)$'
+# A release hands the lock over to a live dlock head waiter of any Client
+# and tells it so: the head needs no attempt of its own.
+m "fair: release wakes a dlock head instead of handing over" internal/scripts/fair_release.lua \
+  "  if two[1] and dlockOwner(two[1]) and handOver(two[1], two[2]) then" \
+  "  if false then" \
+  . '^(TestFairReleaseHandsOver)$'
+# The head takes the message of a hand-over as its grant.
+m "fair: a head handed the lock attempts again" wait.go \
+  "	return grant{ok: true, token: token, start: w.sent}" \
+  "	return grant{}" \
+  . '^(TestFairReleaseHandsOver)$'
+# A dlock head that nobody listens for (its process died) is not handed
+# the lock, which it would hold for a lease: it is woken, and the waiter
+# behind it takes it out for dead.
+m "fair: a dead dlock head handed the lock" internal/scripts/fair_release.lua \
+  "string.format('h:%d:%d', lease, token)) == 0 then" \
+  "string.format('h:%d:%d', lease, token)) < 0 then" \
+  . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
+# The new head behind the one handed the lock gets one wait past the new
+# hold, as when a waiter takes the lock itself.
+m "fair: a hand-over leaves the new head's deadline where it was" internal/scripts/fair_release.lua \
+  "    promote(KEYS[3], after, nowMillis() + lease + tonumber(ARGV[4]))" \
+  "    local _ = after" \
+  . '^(TestFairJavaWaiterAmongDlockGrants)$'
+# A dlock new head keeps its own deadline: a hand-over does not move it.
+m "fair: a hand-over moves a dlock new head's deadline" internal/scripts/fair_release.lua \
+  "  if after and not dlockOwner(after) then" \
+  "  if after then" \
+  . '^(TestFairDlockHeadKeepsItselfAhead)$'
+# A head whose handle has another lease than the hand-over's sets its own.
+m "fair: a hand-over's lease taken for the head's own" wait.go \
+  "	case w.req.fence && token == 0, millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  "	case w.req.fence && token == 0, millis(lease) < 0 || time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  . '^(TestFairHandOverOtherLease)$'
+# A fenced head handed the lock without a token takes a new one.
+m "fair: a fenced head handed over without a token keeps the last token" fair.go \
+  "	if r.fence && !r.reentry {" \
+  "	if false {" \
+  . '^(TestFairHandOverFencedWithoutToken)$'
+# A waiter that gives up after a hand-over gives the lock back.
+m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \
+  "if err != nil || n != fairLeftHolding ||" \
+  "if err != nil || n != -7 ||" \
+  . '^(TestFairLeaveAfterHandOver)$'
+# A dlock head keeps its own deadline ahead (each of its attempts, at
+# least every half wait); a joiner reads only a Redisson head's.
+m "fair: a joiner keeps a dlock head ahead" internal/scripts/fair_acquire.lua \
+  "if locked and head and not dlockOwner(head) then" \
+  "if locked and head then" \
+  . '^(TestFairDlockHeadKeepsItselfAhead)$'
+# The dlockOwner check in aliveHead only spares a Redisson head's record
+# read (no record has its id): not observable, so not a mutation here.
 # A waiter joins the queue only once its Client's record is written.
 m "fair: joins the queue before its record is written" fair.go \
   '		k.c.record.await(ctx, k.c.done)' \

@@ -203,7 +203,8 @@ func TestFairNoQueueKindAgrees(t *testing.T) {
 // TestFairKilledWaiterLeaves: a dlock run waiter (watchdog 3 s, so its
 // holder record lives 3 s) killed with -9 while queued does not hold up
 // the waiter behind it: that one runs within seconds of the unlock, not
-// after the fair wait timeout (5 min), and the queue keys are gone.
+// after the fair wait timeout (5 min) nor the unlocker's lease (had the
+// unlock handed it the lock), and the queue keys are gone.
 func TestFairKilledWaiterLeaves(t *testing.T) {
 	name := lockName(t)
 	rdb := newRedis(t)
@@ -230,11 +231,22 @@ func TestFairKilledWaiterLeaves(t *testing.T) {
 	queued(1)
 	next, _, stderr := dlockProcess(t, "run", "--kind", "fair", name, "--", "true")
 	queued(2)
+	deadOwner := rdb.LIndex(t.Context(), layout.Prefixed(layout.QueuePrefix, name), 0).Val()
 	if err := dead.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = dead.Wait()
 	killed := time.Now()
+	// Once Redis has seen its connection close, its subscription is gone
+	// and the unlock wakes it rather than hand it the lock (which it would
+	// hold for a lease, as a holder that dies does).
+	channel := layout.Prefixed(layout.LockChannelPrefix, name) + ":" + deadOwner
+	eventually(t, 10*time.Second, func() error {
+		if n := rdb.PubSubNumSub(t.Context(), channel).Val()[channel]; n != 0 {
+			return fmt.Errorf("%d subscribed to %s", n, channel)
+		}
+		return nil
+	})
 	if err := m.Unlock(lockCtx); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ var (
 // rules of fair_queue.lua, so that they are written once.
 var (
 	FairAcquire      = newScript(fence + fairQueue + fairAcquire)
-	FairRelease      = newScript(fairQueue + fairRelease)
+	FairRelease      = newScript(fence + fairQueue + fairRelease)
 	FairLeave        = newScript(fairQueue + fairLeave)
 	FairForceRelease = newScript(fairQueue + fairForceRelease)
 )

@@ -21,8 +21,10 @@
 --          waiter is the head
 --
 -- Returns {1, token} when the owner holds the lock now (token 0 when not
--- fenced), {0, ms} when not: how long to sleep before trying again unless
--- woken, or {0, ms, head} when the head waiter stands between the caller
+-- fenced), {0, ms, us} when not: how long to sleep before trying again
+-- unless woken, and the server's clock in microseconds (nowMicros: a
+-- hand-over message older than that is not a grant), or {0, ms, us, head}
+-- when the head waiter stands between the caller
 -- and the lock: the head of a free lock's queue, or of a held lock's
 -- queue when the caller is right behind it. fair.go checks that head's
 -- holder record and takes a dead dlock waiter out of the queue. Running it twice is harmless: a dlock owner's hold count stays 1
@@ -49,7 +51,8 @@ end
 if holds then
   return grant(true)
 end
-local now = nowMillis()
+local micros = nowMicros()
+local now = math.floor(micros / 1000)
 -- head is the queue's head waiter: read once, after the purge of dead
 -- heads while the lock is free; headDeadline its deadline then.
 local head, headDeadline, after
@@ -92,10 +95,13 @@ end
 
 local held = math.max(pttl, 0)
 if ARGV[4] ~= '1' then
-  return {0, held, suspect()}
+  return {0, held, micros, suspect()}
 end
 
-if locked and head then
+-- A dlock head keeps itself ahead: it attempts at least every half wait
+-- while it waits (see the end), and each of its attempts moves its own
+-- deadline, and the queue's behind it (below).
+if locked and head and not dlockOwner(head) then
   keepAhead(KEYS[2], KEYS[3], now + held + wait, head)
 end
 local deadline = redis.call('zscore', KEYS[3], owner)
@@ -158,4 +164,4 @@ else
   wakeHead(KEYS[3], KEYS[5], now, wait, ARGV[6], ARGV[7], head, headDeadline, quiet)
   ttl = math.min(math.min(headDeadline, now + wait) - now, lease, quiet)
 end
-return {0, math.max(1, math.min(ttl, math.floor(wait / 2))), named}
+return {0, math.max(1, math.min(ttl, math.floor(wait / 2))), micros, named}

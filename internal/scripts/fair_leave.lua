@@ -17,7 +17,8 @@
 --          attempts again at once (joining at the tail) instead of
 --          sleeping out its timer; absent when the owner leaves itself
 --
--- Returns 1 when the owner was in the queue, 0 when not.
+-- Returns 1 when the owner was in the queue, 2 when it was not but holds
+-- the lock (a release handed it over), 0 otherwise.
 local wait = tonumber(ARGV[2])
 local queue = redis.call('lrange', KEYS[2], 0, -1)
 redis.call('zrem', KEYS[3], ARGV[1])
@@ -29,6 +30,9 @@ for i, w in ipairs(queue) do
   end
 end
 if not at then
+  if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+    return 2 -- a release handed the lock over to it (fair_release.lua)
+  end
   return 0
 end
 redis.call('lrem', KEYS[2], 0, ARGV[1])

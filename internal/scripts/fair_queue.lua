@@ -22,6 +22,18 @@ local function nowMillis()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- nowMicros is the Redis server's clock in microseconds: the sequence of
+-- a hand-over message (fair_release.lua) and of an attempt that found the
+-- lock taken (fair_acquire.lua). Scripts run one at a time, so of two
+-- runs on one server the later reads the later clock; a waiter takes a
+-- hand-over only if it ran after its latest attempt that found the lock
+-- taken (fair.go, handedOver). Lua's doubles hold it exactly (2^53 us is
+-- in the year 2255).
+local function nowMicros()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- purge drops dead waiters from the head of the queue, and returns the
 -- head left (nil for none) with its deadline (nil when it is the caller).
 -- Callers run it only while the lock is free: a head cannot take a held
@@ -74,6 +86,18 @@ local function shiftAll(deadlines, by, only, all)
   if #args > 0 then
     redis.call('zadd', deadlines, unpack(args))
   end
+end
+
+-- dlockOwner reports whether owner is a dlock owner, "<clientID>:<n>"
+-- with a lower-case UUID of version 8 and the RFC 9562 variant as the
+-- client id (layout.OwnerClientID): a waiter that keeps its own deadline
+-- ahead and reads a hand-over message (fair_release.lua). A Redisson
+-- owner ("<uuid v4>:<thread id>") is not one.
+local hex = '[0-9a-f]'
+local dlockOwnerPattern = '^' .. hex:rep(8) .. '%-' .. hex:rep(4) .. '%-8' .. hex:rep(3) ..
+  '%-[89ab]' .. hex:rep(3) .. '%-' .. hex:rep(12) .. ':%d+$'
+local function dlockOwner(owner)
+  return string.find(owner, dlockOwnerPattern) ~= nil
 end
 
 -- keepAhead keeps the head's deadline at least floor, moving every

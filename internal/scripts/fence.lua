@@ -4,7 +4,9 @@
 -- An acquire script's fencing argument also says whether the attempt is a
 -- re-entry: "-1" not fenced, "-3" not fenced and a re-entry, "0" a fenced
 -- first acquisition, "-2" a fenced re-entry without a previous token, T > 0
--- a fenced re-entry whose previous token was T.
+-- a fenced re-entry whose previous token was T, "-4" a fenced first
+-- acquisition that takes a new token even when it finds the owner's field
+-- (a fair lock's: a release may have handed it the lock without a token).
 
 -- reentry reports whether the attempt re-enters a hold the owner has. A
 -- re-entry only confirms that hold: when the owner's field is gone the
@@ -65,7 +67,7 @@ end
 -- counter above T is re-sent too, for the same reason: while the owner
 -- holds the lock nobody else can take a token. A re-entry that finds the
 -- counter below T (lost: counterAt) takes one above T. A re-entry with no
--- previous token (arg "-2") takes one.
+-- previous token (arg "-2") takes one, and so does "-4".
 local function fence(counter, arg, held)
   if not fenced(arg) then
     return 0
