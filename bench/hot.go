@@ -155,6 +155,9 @@ type hotResult struct {
 	Deadlocks                        int // Locks failed with dlock.ErrDeadlock
 	FirstError                       string
 	Rounds                           []float64 // acquisitions/s of every round
+	// Failed is why the run, or one of the rounds kept in this row, gave
+	// no result ("" when every one did).
+	Failed string
 }
 
 // runHot runs the hot-lock scenario for one library in one worker process
@@ -192,7 +195,7 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 		}
 	}()
 	w := &hotWorkerResult{}
-	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{w})
+	left, err := runOn(cfg.hang, []string{srv.Addr()}, []job{j}, []any{w})
 	<-sampled
 	if err != nil {
 		return nil, err

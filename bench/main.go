@@ -60,6 +60,8 @@ type config struct {
 	libIDs []string
 
 	profileDir string
+	// hang is when a worker counts as hung and where its stacks go.
+	hang hangPolicy
 }
 
 func defaultConfig() config {
@@ -141,6 +143,7 @@ func run() error {
 	flag.DurationVar(&cfg.sem.think, "sem-think", cfg.sem.think, "permit semaphore: sleep between giving a permit back and asking for the next (default 2ms; 0: none)")
 	flag.BoolVar(&cfg.sem.busy, "sem-busy", cfg.sem.busy, "permit semaphore: hold each permit with CPU-bound work (the hot lock's busy loop) instead of asleep")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write a CPU profile of every worker process into this directory")
+	flag.StringVar(&cfg.hang.dir, "stacks", "", "directory for the goroutine dumps of workers stopped as hung (default: the system's temporary directory)")
 	flag.Parse()
 	if *quick {
 		cfg.spawn, cfg.warm = 500*time.Millisecond, 300*time.Millisecond
