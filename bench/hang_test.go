@@ -119,6 +119,7 @@ func TestNoResultRows(t *testing.T) {
 	r.waiters = []*waitersResult{{Lib: "dlock", Window: time.Second}, {Lib: "peer", Failed: why}}
 	r.sem = []*semResult{{Lib: "dlock", Window: time.Second}, {Lib: "peer", Failed: why}}
 	r.many = []*manyResult{{Lib: "dlock", Window: time.Second}, {Lib: "peer", Failed: why}}
+	r.floor = []*floorResult{{Layout: "dlock"}, {Layout: "setnx", Failed: why}}
 	md := r.markdown("")
 
 	for _, section := range strings.Split(md, "\n## ")[1:] {
@@ -132,7 +133,7 @@ func TestNoResultRows(t *testing.T) {
 			}
 		}
 	}
-	for _, title := range []string{"Uncontended", "Hot lock", "RedLock", "Watchdog", "Waiter scale", "Permit semaphore", "Many waiters"} {
+	for _, title := range []string{"Uncontended", "Hot lock", "RedLock", "Watchdog", "Waiter scale", "Permit semaphore", "Many waiters", "Redis cost of the lock layout"} {
 		if !strings.Contains(md, "\n## "+title) {
 			t.Errorf("no section %q", title)
 		}
@@ -140,13 +141,13 @@ func TestNoResultRows(t *testing.T) {
 }
 
 // tablesOf returns the result tables of a report section: those with a
-// row per library, other than the lists of configurations.
+// row per library or layout, other than the lists of configurations.
 func tablesOf(section string) []string {
 	var tables []string
 	for _, block := range strings.Split(section, "\n\n") {
 		head, _, _ := strings.Cut(block, "\n")
 		first, rest, _ := strings.Cut(strings.TrimPrefix(head, "| "), " |")
-		if first == "library" && !strings.HasPrefix(rest, " configuration |") {
+		if (first == "library" || first == "layout") && !strings.HasPrefix(rest, " configuration |") {
 			tables = append(tables, block)
 		}
 	}

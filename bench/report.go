@@ -89,6 +89,7 @@ type report struct {
 	png     string
 
 	unc      map[int][]*uncontendedResult // by goroutines, in cfg.libs order
+	floor    []*floorResult               // in floorLayouts order
 	hot      []*hotResult
 	watchdog []*watchdogResult
 	waiters  []*waitersResult
@@ -162,6 +163,9 @@ func (r *report) runAll(run []string) {
 				}
 			}
 		}
+	}
+	if slices.Contains(run, "floor") {
+		r.runFloors()
 	}
 	if slices.Contains(run, "hot") {
 		ls := r.libsFor("hot")
@@ -380,6 +384,7 @@ func (r *report) markdown(out string) string {
 		w("%s\n", t)
 	}
 	r.writeUncontended(w)
+	r.writeFloor(w)
 	r.writeHot(w, out)
 	r.writeRedlock(w)
 	r.writeWatchdog(w)

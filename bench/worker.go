@@ -20,8 +20,8 @@ const jobEnv = "DLOCKBENCH_JOB"
 // job is one worker process's part of a scenario. Times are CLOCK_MONOTONIC
 // nanoseconds (monoNow), shared by every process on the machine.
 type job struct {
-	Mode  string // "uncontended", "hot", "watchdog", "waiters", "redlock", "sem" or "many"
-	Lib   string
+	Mode  string // "uncontended", "floor", "hot", "watchdog", "waiters", "redlock", "sem" or "many"
+	Lib   string // a library's id; the floor scenario's: a layout's
 	Addr  string
 	Addrs []string // RedLock: the independent servers
 	// Clients, each with Goroutines goroutines (hot lock), or Goroutines
@@ -47,6 +47,8 @@ type job struct {
 	Hold, Poll time.Duration // many waiters: Hold is the holders' lease
 	Samples    int
 	Settle2    time.Duration // many waiters: the drain bound
+	// Floor: the Lock+Unlock pairs measured.
+	Pairs int
 	// Profile, when set, is where the worker writes a CPU profile.
 	Profile string
 }
@@ -72,6 +74,14 @@ func runWorker() error {
 	if j.Mode == "redlock" {
 		// Its libraries are configured for several servers (redLibs).
 		res, err := redlockWorker(j)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	if j.Mode == "floor" {
+		// Its rows are lock layouts (floorLayouts).
+		res, err := floorWorker(j)
 		if err != nil {
 			return err
 		}
