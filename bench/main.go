@@ -88,7 +88,7 @@ var scenarios = []struct {
 }{
 	{"unc", []string{"dlock", "dlock-lease", "dlock-ctx", "dlock-rueidis", "redsync", "redislock-1ms", "rueidislock"}},
 	{"floor", nil}, // floorLayouts, whatever -libs says
-	{"hot", []string{"dlock", "dlock-lease", "dlock-rueidis", "dlock-fair", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
+	{"hot", []string{"dlock", "dlock-lease", "dlock-ctx", "dlock-rueidis", "dlock-fair", "dlock-fair-rueidis", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
 	{"redlock", nil}, // redLibs
 	{"watchdog", []string{"dlock", "redsync", "redislock-10ms", "rueidislock"}},
 	{"waiters", []string{"dlock", "dlock-fair", "redsync", "redislock-10ms", "rueidislock"}},
