@@ -72,16 +72,19 @@ type Client struct {
 // is given, New sends one PUBSUB SHARDNUMSUB to choose between sharded and
 // classic pub/sub as Redisson does, waiting at most 5 s for the answer.
 //
-// Set ContextTimeoutEnabled in rdb's options: then go-redis ends each
-// request by its ctx's deadline, and a Lock or TryLock whose ctx has a
-// deadline makes its attempts on the caller's goroutine. Without it they
-// run on a goroutine of their own, so that the call can return by its
-// deadline while go-redis goes on reading; handing each attempt over and
-// back wakes threads twice, which costs about as much as dlock's own work
-// in the client for an uncontended Lock+Unlock. With the option, a ctx
-// with a deadline that is cancelled before it is noticed only once the
-// attempt's round trip is over: on a frozen server, at the deadline. Such
-// scripts are also sent alone rather than batched with other goroutines'
+// Set ContextTimeoutEnabled in the options of a plain *redis.Client
+// (not a cluster or Sentinel failover client; ReadTimeout and
+// WriteTimeout not negative): then go-redis ends each request by its
+// ctx's deadline, and a Lock or TryLock whose ctx has a deadline makes
+// its attempts on the caller's goroutine. Without it another goroutine
+// sends each attempt (or makes it), so that the call can return by its
+// deadline while go-redis goes on reading; handing an attempt over and
+// back wakes threads twice, which costs about as much as dlock's own
+// work in the client for an uncontended Lock+Unlock (BENCHMARKS.md,
+// dlock against dlock-ctx). With the option, a ctx with a deadline that
+// is cancelled before its deadline is noticed only once the attempt's
+// round trip is over: on a frozen server, at the deadline. Such scripts
+// are also sent alone rather than batched with other goroutines'
 // (internal/transport batch.go).
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch rdb := rdb.(type) {

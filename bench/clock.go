@@ -86,6 +86,10 @@ func sleepUntil(t int64) {
 	}
 }
 
+// timeAt returns the wall-clock time (with Go's monotonic reading) at
+// which CLOCK_MONOTONIC reaches t, for a ctx deadline.
+func timeAt(t int64) time.Time { return time.Now().Add(time.Duration(t - monoNow())) }
+
 // cpuTime returns the CPU time (user plus system) the process has used.
 func cpuTime() time.Duration {
 	var ru unix.Rusage

@@ -117,8 +117,8 @@ func (r *report) writeDeadlockNote(w writer) {
 			detected = h
 		}
 	}
-	if detected == nil {
-		return
+	if detected == nil || detected.Acq == 0 {
+		return // not run, or no result
 	}
 	perWait := func(h *hotResult) string {
 		if h == nil || h.Handoff.N == 0 {

@@ -42,7 +42,10 @@ type hotWorkerResult struct {
 // hotWorker opens j.Clients lockers (each its own client and connection
 // pool) and runs j.Goroutines goroutines on each that take the hot lock
 // again and again: hold it for j.Work of CPU-bound work, release it, sleep
-// j.Think, from j.Begin until j.T1.
+// j.Think, from j.Begin until j.T1. Every Lock's ctx has j.T1 as its
+// deadline, as a request's ctx would, so that a library that runs a Lock
+// with a deadline on the caller's goroutine (dlock on rueidis, or on
+// go-redis with ContextTimeoutEnabled) does so here.
 func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 	lks := make([]locker, j.Clients)
 	for i := range lks {
@@ -60,8 +63,12 @@ func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 		return n
 	}
 	b := burner{perIter: j.PerIter}
-	ctx, cancel := context.WithCancel(context.Background())
+	deadline := timeAt(j.T1)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	// over reports whether the window has ended: a library can return at
+	// its ctx's deadline a moment before ctx itself says so.
+	over := func() bool { return ctx.Err() != nil || !time.Now().Before(deadline) }
 	var cpu0, cpu1 time.Duration
 	var rt0, rt1 int64
 	sampled := make(chan struct{})
@@ -89,7 +96,7 @@ func hotWorker(j job, l lib) (*hotWorkerResult, error) {
 					start := monoNow()
 					unlock, err := lk.lock(ctx, hotKey)
 					if err != nil {
-						if ctx.Err() != nil {
+						if over() {
 							pending = append(pending, start)
 							break
 						}
@@ -155,6 +162,9 @@ type hotResult struct {
 	Deadlocks                        int // Locks failed with dlock.ErrDeadlock
 	FirstError                       string
 	Rounds                           []float64 // acquisitions/s of every round
+	// Failed is why the run, or one of the rounds kept in this row, gave
+	// no result ("" when every one did).
+	Failed string
 }
 
 // runHot runs the hot-lock scenario for one library in one worker process
@@ -192,7 +202,7 @@ func runHot(cfg config, l lib) (*hotResult, error) {
 		}
 	}()
 	w := &hotWorkerResult{}
-	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{w})
+	left, err := runOn(cfg.hang, []string{srv.Addr()}, []job{j}, []any{w})
 	<-sampled
 	if err != nil {
 		return nil, err

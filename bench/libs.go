@@ -52,7 +52,10 @@ type lib struct {
 // hold in the bench.
 const peerTTL = 30 * time.Second
 
-const goredisHook = "go-redis hook (Process and ProcessPipeline calls)"
+const (
+	goredisHook = "go-redis hook (Process and ProcessPipeline calls)"
+	rueidisHook = "rueidis.Client wrapper (Do and DoMulti calls)"
+)
 
 var libs = []lib{
 	{
@@ -82,8 +85,10 @@ var libs = []lib{
 	{
 		id:       "dlock-rueidis",
 		settings: "`Mutex` on rueidis (dlockrueidis), watchdog lease (30 s)",
-		open:     openDlockRueidis,
-		hook:     "rueidis.Client wrapper (Do and DoMulti calls)",
+		open: func(addr string, r time.Duration) (locker, error) {
+			return openDlockRueidis(addr, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewMutex(name) })
+		},
+		hook: rueidisHook,
 	},
 	{
 		id:       "dlock-fair",
@@ -91,6 +96,14 @@ var libs = []lib{
 		open: func(addr string, r time.Duration) (locker, error) {
 			return openDlock(addr, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewFairMutex(name) })
 		},
+	},
+	{
+		id:       "dlock-fair-rueidis",
+		settings: "`FairMutex` on rueidis (dlockrueidis), watchdog lease (30 s)",
+		open: func(addr string, r time.Duration) (locker, error) {
+			return openDlockRueidis(addr, r, func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewFairMutex(name) })
+		},
+		hook: rueidisHook,
 	},
 	{
 		id:       "dlock-deadlock",
@@ -124,7 +137,7 @@ var libs = []lib{
 		settings: "`KeyMajority` 1, `NoLoopTracking`, validity 5 s auto-extended, client-side-caching wake-up",
 		open:     openRueidislock,
 		redisKey: func(name string) string { return "rueidislock:0:" + name },
-		hook:     "rueidis.Client wrapper (Do and DoMulti calls)",
+		hook:     rueidisHook,
 	},
 }
 
@@ -272,7 +285,7 @@ func (l *dlockLocker) close() {
 	}
 }
 
-// dlockRueidisLocker is a dlock Mutex on rueidis (dlockrueidis), its
+// dlockRueidisLocker is a dlock lock on rueidis (dlockrueidis), its
 // round trips counted as rueidislock's are.
 type dlockRueidisLocker struct {
 	*dlockLocker
@@ -280,7 +293,9 @@ type dlockRueidisLocker struct {
 	rt *atomic.Int64
 }
 
-func openDlockRueidis(addr string, renewal time.Duration) (locker, error) {
+// openDlockRueidis opens a dlock Client on a rueidis client for addr
+// whose locks newLock makes.
+func openDlockRueidis(addr string, renewal time.Duration, newLock func(c *dlock.Client, name string) (dlock.Locker, error)) (locker, error) {
 	n := &atomic.Int64{}
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
 	if err != nil {
@@ -295,7 +310,7 @@ func openDlockRueidis(addr string, renewal time.Duration) (locker, error) {
 		rc.Close()
 		return nil, err
 	}
-	dl := &dlockLocker{c: c, clients: []*dlock.Client{c}, newLock: func(c *dlock.Client, name string) (dlock.Locker, error) { return c.NewMutex(name) }}
+	dl := &dlockLocker{c: c, clients: []*dlock.Client{c}, newLock: newLock}
 	return &dlockRueidisLocker{dlockLocker: dl, rc: rc, rt: n}, nil
 }
 

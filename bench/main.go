@@ -32,6 +32,8 @@ type config struct {
 	// Uncontended.
 	uncWindow time.Duration
 	rounds    int
+	// Redis cost of the lock layout (floor.go).
+	floorPairs, floorRounds int
 	// Hot lock: clients × perClient goroutines, work of CPU while
 	// holding, think asleep between acquisitions.
 	clients, perClient int
@@ -60,12 +62,15 @@ type config struct {
 	libIDs []string
 
 	profileDir string
+	// hang is when a worker counts as hung and where its stacks go.
+	hang hangPolicy
 }
 
 func defaultConfig() config {
 	return config{
 		spawn: 700 * time.Millisecond, warm: time.Second,
 		uncWindow: 2 * time.Second, rounds: 3,
+		floorPairs: 20000, floorRounds: 3,
 		clients: 4, perClient: 4, work: 200 * time.Microsecond, think: 2 * time.Millisecond,
 		hotWindow: 6 * time.Second, hotRounds: 3, burner: newBurner(),
 		wdLocks: 10000, wdRenewal: 3 * time.Second, wdWindow: 6 * time.Second, wdAcquirers: 64,
@@ -82,7 +87,8 @@ var scenarios = []struct {
 	libs []string
 }{
 	{"unc", []string{"dlock", "dlock-lease", "dlock-ctx", "dlock-rueidis", "redsync", "redislock-1ms", "rueidislock"}},
-	{"hot", []string{"dlock", "dlock-lease", "dlock-rueidis", "dlock-fair", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
+	{"floor", nil}, // floorLayouts, whatever -libs says
+	{"hot", []string{"dlock", "dlock-lease", "dlock-ctx", "dlock-rueidis", "dlock-fair", "dlock-fair-rueidis", "dlock-spin", "dlock-deadlock", "redsync", "redislock-1ms", "redislock-10ms", "rueidislock"}},
 	{"redlock", nil}, // redLibs
 	{"watchdog", []string{"dlock", "redsync", "redislock-10ms", "rueidislock"}},
 	{"waiters", []string{"dlock", "dlock-fair", "redsync", "redislock-10ms", "rueidislock"}},
@@ -130,9 +136,9 @@ func run() error {
 	png := flag.String("png", "", "write the hot-lock wait distribution to this PNG file")
 	command := flag.String("command", "", "the command to record in the report (default: this program's command line)")
 	only := flag.String("only", strings.Join(defaults, ","), "comma-separated scenarios to run: "+strings.Join(names, ", ")+" (waiters-many only when named)")
-	libIDs := flag.String("libs", "", "comma-separated library ids to run (default: all; RedLock has dlock, dlock-watchdog and redsync)")
+	libIDs := flag.String("libs", "", "comma-separated library ids to run (default: all; RedLock has dlock, dlock-watchdog and redsync; the floor scenario always runs its three layouts)")
 	duration := flag.Duration("duration", 0, "measured window of every run (defaults: unc 2s, hot 6s, redlock 1s, watchdog 6s, waiters 3s, sem 4s)")
-	rounds := flag.Int("rounds", 0, "rounds of the uncontended (default 3), hot (default 3) and RedLock (default 2) scenarios")
+	rounds := flag.Int("rounds", 0, "rounds of the uncontended (default 3), floor (default 3), hot (default 3) and RedLock (default 2) scenarios")
 	quick := flag.Bool("quick", false, "short windows and small counts, to check that everything runs")
 	flag.IntVar(&cfg.many.waiters, "many-waiters", cfg.many.waiters, "waiters (one lock each) of the waiters-many scenario")
 	wdLocks := flag.Int("wd-locks", 0, "locks held in the watchdog scenario (default 10000; the scale target: -wd-locks 1000000 -wd-lease 30s -libs dlock)")
@@ -141,10 +147,12 @@ func run() error {
 	flag.DurationVar(&cfg.sem.think, "sem-think", cfg.sem.think, "permit semaphore: sleep between giving a permit back and asking for the next (default 2ms; 0: none)")
 	flag.BoolVar(&cfg.sem.busy, "sem-busy", cfg.sem.busy, "permit semaphore: hold each permit with CPU-bound work (the hot lock's busy loop) instead of asleep")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write a CPU profile of every worker process into this directory")
+	flag.StringVar(&cfg.hang.dir, "stacks", "", "directory for the goroutine dumps of workers stopped as hung (default: the system's temporary directory)")
 	flag.Parse()
 	if *quick {
 		cfg.spawn, cfg.warm = 500*time.Millisecond, 300*time.Millisecond
 		cfg.uncWindow, cfg.rounds, cfg.hotWindow, cfg.hotRounds = 500*time.Millisecond, 1, 2*time.Second, 1
+		cfg.floorPairs, cfg.floorRounds = 2000, 1
 		cfg.wdLocks, cfg.wdRenewal, cfg.wdWindow = 1000, time.Second, 2*time.Second
 		cfg.waitLocks, cfg.waiters, cfg.waitSettle, cfg.waitWindow = 100, 1000, time.Second, time.Second
 		cfg.redWarm, cfg.redWindow, cfg.redRounds = 300*time.Millisecond, 500*time.Millisecond, 1
@@ -162,7 +170,7 @@ func run() error {
 		cfg.wdWindow, cfg.waitWindow, cfg.sem.window, cfg.many.window = *duration, *duration, *duration, *duration
 	}
 	if *rounds > 0 {
-		cfg.rounds, cfg.hotRounds, cfg.redRounds = *rounds, *rounds, *rounds
+		cfg.rounds, cfg.floorRounds, cfg.hotRounds, cfg.redRounds = *rounds, *rounds, *rounds, *rounds
 	}
 	want := strings.Split(*libIDs, ",")
 	for _, l := range libs {

@@ -85,6 +85,8 @@ type manyResult struct {
 	// failed and was tried again, a waiter's Unlock, a waiter cancelled at
 	// the drain bound) and releasing the held locks.
 	HoldErrors, WaitErrors, ReleaseErrors int
+	// Failed is why the run gave no result ("" when it did).
+	Failed string
 }
 
 // manyErrors records a run's errors, keeping the first, and counts those
@@ -385,7 +387,7 @@ func runMany(cfg config, id string) (*manyResult, error) {
 	j := job{Mode: "many", Lib: id, Addrs: c.Addrs(), Waiters: m.waiters, Clients: m.clients,
 		Settle: m.settle, Window: m.window, Settle2: m.drain, Hold: m.lease}
 	r := &manyResult{}
-	if err := runJobs([]job{j}, []any{r}); err != nil {
+	if err := runJobs(cfg.hang, []job{j}, []any{r}); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -399,7 +401,7 @@ func (r *report) runManys() {
 		progress("many waiters %-15s %d waiters, one lock each, cluster of 3 masters", l.id, r.cfg.many.waiters)
 		res, err := runMany(r.cfg, l.id)
 		if err != nil {
-			res = &manyResult{Lib: l.id, Waiters: r.cfg.many.waiters, Errors: 1, FirstError: failed(err)}
+			res = &manyResult{Lib: l.id, Waiters: r.cfg.many.waiters, Failed: failed(err)}
 		}
 		r.many = append(r.many, res)
 	}
@@ -422,6 +424,10 @@ func (r *report) writeMany(w writer) {
 	t = newTable("library", "parked", "time to park", "Redis CPU", "executed/s", "round trips/s", "client CPU",
 		"channels", "pub/sub conns", "bytes/waiter", "goroutines/waiter", "release all", "wake p50", "wake p99", "wake max", "drain", "early", "errors hold/wait/release")
 	for _, x := range r.many {
+		if x.Failed != "" {
+			t.noResult(libCell(x.Lib, x.Failed, x.Errors, x.FirstError))
+			continue
+		}
 		drain := x.Drain.Round(time.Millisecond).String()
 		if x.Drained < x.Waiters {
 			drain = fmt.Sprintf("%d/%d in %v (%d keys left then)", x.Drained, x.Waiters, m.drain, x.KeysAtBound)

@@ -187,15 +187,15 @@ func sampleFootprint(addrs ...string) (keys, mem int64, err error) {
 	return keys, mem, nil
 }
 
-// runOn runs jobs against the servers at addrs and records what they
-// leave in Redis.
-func runOn(addrs []string, jobs []job, results []any) (footprint, error) {
+// runOn runs jobs against the servers at addrs, stopping a worker that
+// hangs as h says, and records what they leave in Redis.
+func runOn(h hangPolicy, addrs []string, jobs []job, results []any) (footprint, error) {
 	var f footprint
 	var err error
 	if f.KeysBefore, f.MemBefore, err = sampleFootprint(addrs...); err != nil {
 		return f, err
 	}
-	if err := runJobs(jobs, results); err != nil {
+	if err := runJobs(h, jobs, results); err != nil {
 		return f, err
 	}
 	f.KeysAfter, f.MemAfter, err = sampleFootprint(addrs...)

@@ -160,7 +160,7 @@ func runRedlock(cfg config, l redLib, n, goroutines, round int) (*uncontendedRes
 		j.Profile = filepath.Join(cfg.profileDir, fmt.Sprintf("redlock-%s-%d-%d-%d.pprof", l.id, n, goroutines, round))
 	}
 	w := &uncontendedWorkerResult{}
-	left, err := runOn(addrs, []job{j}, []any{w})
+	left, err := runOn(cfg.hang, addrs, []job{j}, []any{w})
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func (r *report) runRedlocks() {
 					progress("redlock      %-15s servers=%d goroutines=%-2d round %d", l.id, n, g, round+1)
 					res, err := runRedlock(cfg, l, n, g, round)
 					if err != nil {
-						res = &uncontendedResult{Lib: l.id, Goroutines: g, Errors: 1, FirstError: failed(err)}
+						res = &uncontendedResult{Lib: l.id, Goroutines: g, Failed: failedRound(err, round, cfg.redRounds)}
 					}
 					best[cell(l.id, n, g)] = keepBest(best[cell(l.id, n, g)], res)
 				}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -88,6 +89,7 @@ type report struct {
 	png     string
 
 	unc      map[int][]*uncontendedResult // by goroutines, in cfg.libs order
+	floor    []*floorResult               // in floorLayouts order
 	hot      []*hotResult
 	watchdog []*watchdogResult
 	waiters  []*waitersResult
@@ -115,11 +117,24 @@ func (r *report) libsFor(scenario string) []lib {
 	return ls
 }
 
-// failed logs a run that failed (its worker's stderr is already on
-// stderr) and returns the error for the run's row: the other runs go on.
+// failed logs a run that gave no result (its worker's stderr is already
+// on stderr, a hung worker's stacks in their file) and returns why, for
+// the run's row: the other runs go on.
 func failed(err error) string {
 	progress("FAILED: %v", err)
+	if h, ok := errors.AsType[*hungError](err); ok {
+		return h.Error()
+	}
 	return "run failed: " + err.Error()
+}
+
+// failedRound is failed for a run that is one of rounds rounds.
+func failedRound(err error, round, rounds int) string {
+	why := failed(err)
+	if rounds > 1 {
+		why = fmt.Sprintf("round %d: %s", round+1, why)
+	}
+	return why
 }
 
 func (r *report) runAll(run []string) {
@@ -142,12 +157,15 @@ func (r *report) runAll(run []string) {
 					progress("uncontended  %-15s goroutines=%-2d round %d", l.id, g, round+1)
 					res, err := runUncontended(cfg, l, g, round)
 					if err != nil {
-						res = &uncontendedResult{Lib: l.id, Goroutines: g, Errors: 1, FirstError: failed(err)}
+						res = &uncontendedResult{Lib: l.id, Goroutines: g, Failed: failedRound(err, round, cfg.rounds)}
 					}
 					r.unc[g][i] = keepBest(r.unc[g][i], res)
 				}
 			}
 		}
+	}
+	if slices.Contains(run, "floor") {
+		r.runFloors()
 	}
 	if slices.Contains(run, "hot") {
 		ls := r.libsFor("hot")
@@ -161,7 +179,7 @@ func (r *report) runAll(run []string) {
 				progress("hot lock     %-15s %d clients × %d goroutines, %v, round %d", ls[i].id, cfg.clients, cfg.perClient, cfg.hotWindow, round+1)
 				res, err := runHot(cfg, ls[i])
 				if err != nil {
-					res = &hotResult{Lib: ls[i].id, Errors: 1, FirstError: failed(err)}
+					res = &hotResult{Lib: ls[i].id, Failed: failedRound(err, round, cfg.hotRounds)}
 				}
 				runs[i] = append(runs[i], res)
 			}
@@ -178,7 +196,7 @@ func (r *report) runAll(run []string) {
 			progress("watchdog     %-15s %d locks", l.id, cfg.wdLocks)
 			res, err := runWatchdog(cfg, l)
 			if err != nil {
-				res = &watchdogResult{Lib: l.id, Errors: 1, FirstError: failed(err)}
+				res = &watchdogResult{Lib: l.id, Failed: failed(err)}
 			}
 			r.watchdog = append(r.watchdog, res)
 		}
@@ -188,7 +206,7 @@ func (r *report) runAll(run []string) {
 			progress("waiters      %-15s %d waiters on %d locks", l.id, cfg.waiters, cfg.waitLocks)
 			res, err := runWaiters(cfg, l)
 			if err != nil {
-				res = &waitersResult{Lib: l.id, Errors: 1, FirstError: failed(err)}
+				res = &waitersResult{Lib: l.id, Failed: failed(err)}
 			}
 			r.waiters = append(r.waiters, res)
 		}
@@ -202,12 +220,14 @@ func (r *report) runAll(run []string) {
 }
 
 // medianHot returns the run with the median acquisitions/s (the lower
-// of the two middle ones) and every run's rate in it.
+// of the two middle ones), every run's rate and the first failure of
+// any in it.
 func medianHot(rs []*hotResult) *hotResult {
 	slices.SortFunc(rs, func(a, b *hotResult) int { return cmp.Compare(a.PerSec, b.PerSec) })
 	m := rs[(len(rs)-1)/2]
 	for _, x := range rs {
 		m.Rounds = append(m.Rounds, x.PerSec)
+		m.Failed = cmp.Or(m.Failed, x.Failed)
 	}
 	return m
 }
@@ -234,10 +254,13 @@ func splice(old, gen string) string {
 var textColumns = []string{"configuration", "round trips counted by", "best peer"}
 
 // table builds a markdown table.
-type table struct{ b strings.Builder }
+type table struct {
+	b    strings.Builder
+	cols int
+}
 
 func newTable(head ...string) *table {
-	t := &table{}
+	t := &table{cols: len(head)}
 	t.row(head...)
 	seps := make([]string, len(head))
 	for i := range seps {
@@ -258,6 +281,26 @@ func (t *table) row(cells ...string) {
 }
 
 func (t *table) String() string { return t.b.String() }
+
+// noResult adds the row of a run that gave no result: its first cell
+// (libCell) and a dash in every other column.
+func (t *table) noResult(first string) {
+	cells := make([]string, t.cols)
+	cells[0] = first
+	for i := 1; i < len(cells); i++ {
+		cells[i] = "–"
+	}
+	t.row(cells...)
+}
+
+// libCell is a row's first cell: the library, then why a run of it gave
+// no result if one did (failure), then the errors its runs counted.
+func libCell(lib, failure string, errs int, first string) string {
+	if failure != "" {
+		lib += " — " + strings.ReplaceAll(failure, "|", "/")
+	}
+	return lib + errNote(errs, first)
+}
 
 func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
 
@@ -341,6 +384,7 @@ func (r *report) markdown(out string) string {
 		w("%s\n", t)
 	}
 	r.writeUncontended(w)
+	r.writeFloor(w)
 	r.writeHot(w, out)
 	r.writeRedlock(w)
 	r.writeWatchdog(w)
@@ -382,10 +426,15 @@ func (r *report) writeUncontended(w writer) {
 		var ids []string
 		var ok []*uncontendedResult // the rows with measurements, compared
 		for _, u := range us {
+			cell := libCell(u.Lib, u.Failed, u.Errors, u.FirstError)
+			if u.Failed != "" && u.PerSec == 0 {
+				t.noResult(cell)
+				continue
+			}
 			if u.PerSec > 0 {
 				ids, ok = append(ids, u.Lib), append(ok, u)
 			}
-			t.row(u.Lib+errNote(u.Errors, u.FirstError), fmtRate(u.PerSec), fmtDur(u.Latency.P50), fmtDur(u.Latency.P99),
+			t.row(cell, fmtRate(u.PerSec), fmtDur(u.Latency.P50), fmtDur(u.Latency.P99),
 				f2(u.RoundTrips), f2(u.Subscribes), f2(u.Executed), perOp(u.RedisCPU, u.ops()), perOp(u.ClientCPU, u.ops()),
 				fmt.Sprint(u.Left.Keys()), fmtBytes(u.Left.Mem()), rounds(u.Rounds))
 		}
@@ -429,11 +478,16 @@ func (r *report) writeHot(w writer, out string) {
 	var ids []string
 	var hs []*hotResult // the rows with measurements, compared
 	for _, h := range r.hot {
+		cell := libCell(h.Lib, h.Failed, h.Errors, h.FirstError)
+		if h.Failed != "" && h.Acq == 0 {
+			t.noResult(cell)
+			continue
+		}
 		if h.Acq > 0 {
 			ids, hs = append(ids, h.Lib), append(hs, h)
 		}
 		acq := float64(h.Acq)
-		t.row(h.Lib+errNote(h.Errors, h.FirstError), fmtRate(h.PerSec), fmtDur(h.Wait.P50), fmtDur(h.Wait.P99), fmtDur(h.MaxWait),
+		t.row(cell, fmtRate(h.PerSec), fmtDur(h.Wait.P50), fmtDur(h.Wait.P99), fmtDur(h.MaxWait),
 			fmtDur(h.Handoff.P50), fmtDur(h.HoldMean), f2(h.RoundTrips), f2(h.Subscribes), f2(h.Executed),
 			perOp(h.RedisCPU, acq), perOp(h.ClientCPU, acq), fmt.Sprint(h.Left.Keys()), fmtBytes(h.Left.Mem()),
 			fmt.Sprintf("%d–%d", h.MinPerG, h.MaxPerG), fmt.Sprint(h.Overlaps), rounds(h.Rounds))
@@ -489,11 +543,16 @@ func (r *report) writeRedlock(w writer) {
 					continue
 				}
 				rows++
+				cell := libCell(x.Lib, x.Failed, x.Errors, x.FirstError)
+				if x.Failed != "" && x.PerSec == 0 {
+					t.noResult(cell)
+					continue
+				}
 				qRate, qP50 := "–", "–"
 				if peer != nil && x != peer {
 					qRate, qP50 = ratio(x.PerSec, peer.PerSec), ratio(float64(x.Latency.P50), float64(peer.Latency.P50))
 				}
-				t.row(x.Lib+errNote(x.Errors, x.FirstError), fmt.Sprint(g), fmtRate(x.PerSec), fmtDur(x.Latency.P50), fmtDur(x.Latency.P99),
+				t.row(cell, fmt.Sprint(g), fmtRate(x.PerSec), fmtDur(x.Latency.P50), fmtDur(x.Latency.P99),
 					f2(x.RoundTrips), f2(x.Executed), perOp(x.RedisCPU, x.ops()), perOp(x.ClientCPU, x.ops()),
 					fmt.Sprint(x.Left.Keys()), fmtBytes(x.Left.Mem()), rounds(x.Rounds), qRate, qP50)
 			}
@@ -516,6 +575,10 @@ func (r *report) writeWatchdog(w writer) {
 	t := newTable("library", "held", "lost: deadline/gone", "round trips/s", "executed/s", "renewed/s", "client CPU", "Redis CPU", "Redis µs/renewal",
 		"client heap/lock", "goroutines", "time to take all locks", "keys left", "memory left")
 	for _, x := range r.watchdog {
+		if x.Failed != "" {
+			t.noResult(libCell(x.Lib, x.Failed, x.Errors, x.FirstError))
+			continue
+		}
 		perRenewal := "–"
 		if x.Renewed > 0 {
 			perRenewal = fmt.Sprintf("%.2f", float64(x.RedisCPU.Microseconds())/float64(x.Renewed))
@@ -539,6 +602,10 @@ func (r *report) writeWaiters(w writer) {
 	t := newTable("library", "pub/sub conns", "conns", "bytes/waiter", "goroutines/waiter", "round trips/s waiting", "executed/s",
 		"Redis CPU", "client CPU", "drain", "early", "keys left", "memory left")
 	for _, x := range r.waiters {
+		if x.Failed != "" {
+			t.noResult(libCell(x.Lib, x.Failed, x.Errors, x.FirstError))
+			continue
+		}
 		drain := x.Drain.Round(time.Millisecond).String()
 		if x.Drained < x.Waiters {
 			drain = fmt.Sprintf("%d/%d in %v", x.Drained, x.Waiters, drainTimeout)

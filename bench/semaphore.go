@@ -217,6 +217,8 @@ type semResult struct {
 	Errors     int
 	FirstError string
 	Left       footprint
+	// Failed is why the run gave no result ("" when it did).
+	Failed string
 }
 
 // semWorker runs both measurements for one library.
@@ -405,7 +407,7 @@ func runSem(cfg config, l semLib) (*semResult, error) {
 		j.Work, j.PerIter = c.hold, cfg.burner.perIter
 	}
 	r := &semResult{}
-	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{r})
+	left, err := runOn(cfg.hang, []string{srv.Addr()}, []job{j}, []any{r})
 	if err != nil {
 		return nil, err
 	}
@@ -418,7 +420,7 @@ func (r *report) runSems() {
 		progress("semaphore    %-15s %d permits, %d goroutines; wake-up ×%d", l.id, r.cfg.sem.permits, r.cfg.sem.clients*r.cfg.sem.perClient, r.cfg.sem.samples)
 		res, err := runSem(r.cfg, l)
 		if err != nil {
-			res = &semResult{Lib: l.id, Errors: 1, FirstError: failed(err)}
+			res = &semResult{Lib: l.id, Failed: failed(err)}
 		}
 		r.sem = append(r.sem, res)
 	}
@@ -448,6 +450,10 @@ func (r *report) writeSem(w writer) {
 	t = newTable("library", "acquisitions/s", "of ceiling", "hold", "wait p50", "wait p99", "wait max", "max held", "round trips/acq", "executed/acq",
 		"Redis CPU/acq", "client CPU/acq", "keys left", "memory left")
 	for _, x := range r.sem {
+		if x.Failed != "" {
+			t.noResult(libCell(x.Lib, x.Failed, x.Errors, x.FirstError))
+			continue
+		}
 		acq := float64(x.Acq)
 		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmtRate(x.PerSec), ofCeiling(x), fmtDur(x.HoldMean), fmtDur(x.Wait.P50), fmtDur(x.Wait.P99), fmtDur(x.Wait.Max),
 			fmt.Sprint(x.MaxHeld), f2(x.RoundTrips), f2(x.Executed), perOp(x.RedisCPU, acq), perOp(x.ClientCPU, acq),
@@ -458,6 +464,10 @@ func (r *report) writeSem(w writer) {
 		c.wakeupSettle, c.pollEvery, c.samples)
 	t = newTable("library", "samples", "p50", "p99", "max", "mean")
 	for _, x := range r.sem {
+		if x.Failed != "" {
+			t.noResult(libCell(x.Lib, x.Failed, x.Errors, x.FirstError))
+			continue
+		}
 		t.row(x.Lib+errNote(x.Errors, x.FirstError), fmt.Sprint(x.Wakeup.N), fmtDur(x.Wakeup.P50), fmtDur(x.Wakeup.P99), fmtDur(x.Wakeup.Max), fmtDur(x.Wakeup.Mean))
 	}
 	w("%s\n", t)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -133,6 +134,9 @@ type uncontendedResult struct {
 	Errors                           int
 	FirstError                       string
 	Rounds                           []float64 // throughput of every round
+	// Failed is why the run, or one of the rounds kept in this row, gave
+	// no result ("" when every one did).
+	Failed string
 }
 
 // ops is the number of Lock+Unlock pairs in the window.
@@ -154,7 +158,7 @@ func runUncontended(cfg config, l lib, goroutines, round int) (*uncontendedResul
 		j.Profile = filepath.Join(cfg.profileDir, fmt.Sprintf("uncontended-%s-%d-%d.pprof", l.id, goroutines, round))
 	}
 	w := &uncontendedWorkerResult{}
-	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{w})
+	left, err := runOn(cfg.hang, []string{srv.Addr()}, []job{j}, []any{w})
 	if err != nil {
 		return nil, err
 	}
@@ -182,16 +186,17 @@ func (w *uncontendedWorkerResult) result(lib string, left footprint) *uncontende
 
 // keepBest merges a new round into the best so far of its cell: the
 // round with the highest throughput is kept, every round's throughput is
-// listed.
+// listed, and the first failure of any is noted.
 func keepBest(best, res *uncontendedResult) *uncontendedResult {
 	if best == nil {
 		res.Rounds = []float64{res.PerSec}
 		return res
 	}
 	res.Rounds = append(best.Rounds, res.PerSec)
+	failed := cmp.Or(best.Failed, res.Failed)
 	if best.PerSec > res.PerSec {
-		best.Rounds = res.Rounds
-		return best
+		best.Rounds, res = res.Rounds, best
 	}
+	res.Failed = failed
 	return res
 }

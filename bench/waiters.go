@@ -34,6 +34,8 @@ type waitersResult struct {
 	Errors         int
 	FirstError     string
 	Left           footprint
+	// Failed is why the run gave no result ("" when it did).
+	Failed string
 }
 
 // waitersWorker holds j.Locks locks, starts j.Waiters goroutines that wait
@@ -147,7 +149,7 @@ func runWaiters(cfg config, l lib) (*waitersResult, error) {
 	j := job{Mode: "waiters", Lib: l.id, Addr: srv.Addr(), Locks: cfg.waitLocks, Waiters: cfg.waiters,
 		Settle: cfg.waitSettle, Window: cfg.waitWindow}
 	r := &waitersResult{}
-	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{r})
+	left, err := runOn(cfg.hang, []string{srv.Addr()}, []job{j}, []any{r})
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,8 @@ type watchdogResult struct {
 	Errors                 int
 	FirstError             string
 	Left                   footprint
+	// Failed is why the run gave no result ("" when it did).
+	Failed string
 }
 
 // watchdogWorker takes j.Locks locks whose leases are renewed every
@@ -269,7 +271,7 @@ func runWatchdog(cfg config, l lib) (*watchdogResult, error) {
 	j := job{Mode: "watchdog", Lib: l.id, Addr: srv.Addr(), Locks: cfg.wdLocks,
 		Goroutines: cfg.wdAcquirers, Profile: profilePath(cfg, "watchdog-"+l.id), Renewal: cfg.wdRenewal, Settle: cmp.Or(cfg.wdSettle, cfg.wdRenewal), Window: cfg.wdWindow}
 	r := &watchdogResult{}
-	left, err := runOn([]string{srv.Addr()}, []job{j}, []any{r})
+	left, err := runOn(cfg.hang, []string{srv.Addr()}, []job{j}, []any{r})
 	if err != nil {
 		return nil, err
 	}

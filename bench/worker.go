@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -19,8 +20,8 @@ const jobEnv = "DLOCKBENCH_JOB"
 // job is one worker process's part of a scenario. Times are CLOCK_MONOTONIC
 // nanoseconds (monoNow), shared by every process on the machine.
 type job struct {
-	Mode  string // "uncontended", "hot", "watchdog", "waiters", "redlock", "sem" or "many"
-	Lib   string
+	Mode  string // "uncontended", "floor", "hot", "watchdog", "waiters", "redlock", "sem" or "many"
+	Lib   string // a library's id; the floor scenario's: a layout's
 	Addr  string
 	Addrs []string // RedLock: the independent servers
 	// Clients, each with Goroutines goroutines (hot lock), or Goroutines
@@ -46,6 +47,8 @@ type job struct {
 	Hold, Poll time.Duration // many waiters: Hold is the holders' lease
 	Samples    int
 	Settle2    time.Duration // many waiters: the drain bound
+	// Floor: the Lock+Unlock pairs measured.
+	Pairs int
 	// Profile, when set, is where the worker writes a CPU profile.
 	Profile string
 }
@@ -71,6 +74,14 @@ func runWorker() error {
 	if j.Mode == "redlock" {
 		// Its libraries are configured for several servers (redLibs).
 		res, err := redlockWorker(j)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	if j.Mode == "floor" {
+		// Its rows are lock layouts (floorLayouts).
+		res, err := floorWorker(j)
 		if err != nil {
 			return err
 		}
@@ -134,9 +145,44 @@ func (j job) timeout() time.Duration {
 	return d + 2*(j.Settle+j.Window) + drainTimeout
 }
 
+// hangPolicy is when a worker counts as hung and where the goroutine
+// dump it prints when stopped is saved.
+type hangPolicy struct {
+	// after bounds every job's run; 0 leaves each job its own bound
+	// (job.timeout).
+	after time.Duration
+	// dir receives the dumps; "" is the system's temporary directory.
+	dir string
+}
+
+// bound is how long j may run before its worker counts as hung.
+func (h hangPolicy) bound(j job) time.Duration {
+	if h.after > 0 {
+		return h.after
+	}
+	return j.timeout()
+}
+
+// hungError is a worker that gave no result within its bound: it was
+// stopped with SIGQUIT, which makes the Go runtime print every
+// goroutine's stack, and that dump was saved in Stacks.
+type hungError struct {
+	After  time.Duration
+	Stacks string // the dump's file, or why there is none
+}
+
+func (e *hungError) Error() string {
+	return fmt.Sprintf("hung: no result after %v (stopped with SIGQUIT; stacks in %s)", e.After.Round(time.Second), e.Stacks)
+}
+
+// killAfter is how long a worker stopped with SIGQUIT has to print its
+// stacks before it is killed.
+const killAfter = 30 * time.Second
+
 // runJobs starts one worker process per job, waits for all of them and
-// decodes each one's result into results[i] (pointers).
-func runJobs(jobs []job, results []any) error {
+// decodes each one's result into results[i] (pointers). A worker still
+// running after h's bound is stopped (a *hungError).
+func runJobs(h hangPolicy, jobs []job, results []any) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -144,33 +190,11 @@ func runJobs(jobs []job, results []any) error {
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
 	for i, j := range jobs {
-		spec, err := json.Marshal(j)
+		w, err := startWorker(exe, j, h)
 		if err != nil {
 			return err
 		}
-		var out bytes.Buffer
-		cmd := exec.Command(exe)
-		cmd.Env = append(os.Environ(), jobEnv+"="+string(spec))
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		// A worker that hangs is stopped with SIGQUIT, which makes the Go
-		// runtime print every goroutine's stack to stderr.
-		hung := time.AfterFunc(j.timeout(), func() { _ = cmd.Process.Signal(syscall.SIGQUIT) })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer hung.Stop()
-			if err := cmd.Wait(); err != nil {
-				errs[i] = fmt.Errorf("bench: %s worker (%s): %w", j.Mode, j.Lib, err)
-				return
-			}
-			if err := json.Unmarshal(out.Bytes(), results[i]); err != nil {
-				errs[i] = fmt.Errorf("bench: %s worker (%s) result: %w", j.Mode, j.Lib, err)
-			}
-		}()
+		wg.Go(func() { errs[i] = w.wait(results[i]) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -179,4 +203,111 @@ func runJobs(jobs []job, results []any) error {
 		}
 	}
 	return nil
+}
+
+// worker is a running worker process.
+type worker struct {
+	j        job
+	h        hangPolicy
+	bound    time.Duration
+	cmd      *exec.Cmd
+	out      bytes.Buffer // stdout: the result
+	stderr   divertible
+	timer    *time.Timer   // fires quit at the bound
+	quitDone chan struct{} // closed when quit has run
+	// Set by quit, read once quitDone is closed.
+	hung *hungError
+	kill *time.Timer
+}
+
+// startWorker starts the worker process for j.
+func startWorker(exe string, j job, h hangPolicy) (*worker, error) {
+	spec, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{j: j, h: h, bound: h.bound(j), quitDone: make(chan struct{})}
+	w.stderr.w = os.Stderr
+	w.cmd = exec.Command(exe)
+	w.cmd.Env = append(os.Environ(), jobEnv+"="+string(spec))
+	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.stderr
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := w.cmd.Start(); err != nil {
+		return nil, err
+	}
+	w.timer = time.AfterFunc(w.bound, func() { defer close(w.quitDone); w.quit() })
+	return w, nil
+}
+
+// quit diverts the worker's stderr, from now on its goroutine dump, to a
+// file and stops it with SIGQUIT; one that has not exited killAfter later
+// is killed.
+func (w *worker) quit() {
+	w.hung = &hungError{After: w.bound}
+	f, err := os.CreateTemp(w.h.dir, fmt.Sprintf("dlockbench-%s-%s-*.stacks", w.j.Mode, w.j.Lib))
+	if err != nil {
+		w.hung.Stacks = "the bench's stderr (" + err.Error() + ")"
+	} else {
+		w.hung.Stacks = f.Name()
+		w.stderr.divert(f)
+	}
+	_ = w.cmd.Process.Signal(syscall.SIGQUIT)
+	w.kill = time.AfterFunc(killAfter, func() { _ = w.cmd.Process.Kill() })
+}
+
+// wait waits for the worker to exit and decodes its result into result.
+// A worker that failed after its bound ran out is a *hungError; its
+// dump's file is closed (and removed if the worker exited by itself
+// after all).
+func (w *worker) wait(result any) error {
+	err := w.cmd.Wait()
+	if !w.timer.Stop() {
+		<-w.quitDone
+		w.kill.Stop()
+		w.stderr.close(err == nil)
+		if err != nil {
+			return fmt.Errorf("bench: %s worker (%s): %w", w.j.Mode, w.j.Lib, w.hung)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("bench: %s worker (%s): %w", w.j.Mode, w.j.Lib, err)
+	}
+	if err := json.Unmarshal(w.out.Bytes(), result); err != nil {
+		return fmt.Errorf("bench: %s worker (%s) result: %w", w.j.Mode, w.j.Lib, err)
+	}
+	return nil
+}
+
+// divertible is a worker's stderr: the bench's own, until divert sends
+// what follows to a file.
+type divertible struct {
+	mu sync.Mutex
+	w  io.Writer
+	f  *os.File // set by divert
+}
+
+func (d *divertible) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.w.Write(p)
+}
+
+func (d *divertible) divert(f *os.File) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.w, d.f = f, f
+}
+
+// close closes the file divert was given, if any, and removes it when
+// remove is set.
+func (d *divertible) close(remove bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.f == nil {
+		return
+	}
+	_ = d.f.Close()
+	if remove {
+		_ = os.Remove(d.f.Name())
+	}
 }
