@@ -312,12 +312,13 @@ const fairBusyFor = time.Second
 // attempt of its own. Only where the script can count who received the
 // message (handsOverByMessage); elsewhere the head is woken and attempts.
 func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error) {
-	args := []any{unlockMessage, r.owner, k.c.publish, k.wait}
+	handLease := int64(0) // no hand-over
 	if k.handsOverByMessage() {
-		args = append(args, millis(r.lease), boolArg(r.fence))
+		handLease = millis(r.lease)
 	}
 	return releaseReply(k.c.drv.Run(ctx, nil, scripts.FairRelease,
-		[]string{k.name, k.queue, k.deadlines, k.channelPrefix, k.token}, args...))
+		[]string{k.name, k.queue, k.deadlines, k.channelPrefix, k.token},
+		unlockMessage, r.owner, k.c.publish, k.wait, handLease, boolArg(r.fence)))
 }
 
 // handsOverByMessage says whether a release may hand the lock over by

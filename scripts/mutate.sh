@@ -303,8 +303,8 @@ m "failed release not retried" release.go \
   '	if true || !retrying(err) {' \
   . '^(TestReleaseOutlivesOutage)$'
 m "failed give-back not retried" background.go \
-  'until := time.Now().Add(validity(req.lease))' \
-  'until := time.Now()' \
+  'if _, err := h.sendUntil(ctx, until, nil, send); err != nil {' \
+  'if err := send(ctx); err != nil {' \
   . '^(TestGiveBackOutlivesOutage)$'
 # While a release is retried in the background, a Lock by the same owner
 # waits for it: a lock it took meanwhile would be deleted by that release.
@@ -845,8 +845,8 @@ m "fair: a head handed the lock attempts again" wait.go \
 # the lock, which it would hold for a lease: it is woken, and the waiter
 # behind it takes it out for dead.
 m "fair: a dead dlock head handed the lock" internal/scripts/fair_release.lua \
-  "string.format('h:%d:%d', lease, token)) == 0 then" \
-  "string.format('h:%d:%d', lease, token)) < 0 then" \
+  "  if redis.call(ARGV[3], KEYS[4] .. ':' .. head, message) == 0 then" \
+  "  if redis.call(ARGV[3], KEYS[4] .. ':' .. head, message) < 0 then" \
   . '^(TestFairDeadDlockWaiterLeaves|TestFairTryLockPastDeadWaiter)$'
 # The new head behind the one handed the lock gets one wait past the new
 # hold, as when a waiter takes the lock itself.
@@ -861,8 +861,8 @@ m "fair: a hand-over moves a dlock new head's deadline" internal/scripts/fair_re
   . '^(TestFairDlockHeadKeepsItselfAhead)$'
 # A head whose handle has another lease than the hand-over's sets its own.
 m "fair: a hand-over's lease taken for the head's own" wait.go \
-  "	case w.req.fence && token == 0, millis(lease) != millis(w.req.lease) || time.Since(w.sent) >= validity(w.req.lease)/2:" \
-  "	case w.req.fence && token == 0, millis(lease) < 0 || time.Since(w.sent) >= validity(w.req.lease)/2:" \
+  "	if !found || w.req.fence && token == 0 || millis(lease) != millis(w.req.lease) {" \
+  "	if !found || w.req.fence && token == 0 || millis(lease) < 0 {" \
   . '^(TestFairHandOverOtherLease)$'
 # A fenced head handed the lock without a token takes a new one.
 m "fair: a fenced head handed over without a token keeps the last token" fair.go \
@@ -874,6 +874,38 @@ m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \
   "if err != nil || n != fairLeftHolding ||" \
   "if err != nil || n != -7 ||" \
   . '^(TestFairLeaveAfterHandOver)$'
+# A leave whose answer was lost is sent again, as a release is: it may be
+# what gives back a lock handed over to the waiter that left.
+m "fair: a failed leave not sent again" background.go \
+  '	until := time.Now().Add(validity(req.lease))
+	grace(h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
+		holding := false' \
+  '	until := time.Now()
+	grace(h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
+		holding := false' \
+  . '^(TestFairLeaveAfterHandOverOutlivesOutage)$'
+# A hand-over message counts only if it ran after the waiter's latest
+# attempt that found the lock taken: a late one, whose hold has ended, would
+# make a second holder (the reverted first hand-over's defect).
+m "fair: hand-over message's clock not checked" fair.go \
+  "if ok && (ho.seq > after || !handOverSeqChecked) {" \
+  "if ok {" \
+  . '^(TestFairStaleHandOverIsNoGrant)$'
+m "fair: the clock of an attempt found taken not kept" acquire.go \
+  "w.sent, w.seq = start, res.seq" \
+  "w.sent = start" \
+  . '^(TestFairStaleHandOverIsNoGrant)$'
+m "fair: hand-over message carries the clock of before the release" internal/scripts/fair_release.lua \
+  "local message = string.format('h:%d:%d:%d', lease, token, nowMicros())" \
+  "local message = string.format('h:%d:%d:%d', lease, token, nowMicros() - 1000000)" \
+  . '^(TestFairReleaseHandsOver)$'
+# Where PUBLISH counts only one node's receivers (a cluster's classic pub/sub)
+# a release must not hand over: the head would take the message as its
+# grant while the lock is freed for anyone.
+m "fair: hand-over on a cluster's classic pub/sub" fair.go \
+  'return !k.c.cfg.replicas.enabled() && (!k.c.cluster || k.c.publish == "spublish")' \
+  'return !k.c.cfg.replicas.enabled()' \
+  . '^(TestFairClusterClassicNoHandOver)$'
 # A dlock head keeps its own deadline ahead (each of its attempts, at
 # least every half wait); a joiner reads only a Redisson head's.
 m "fair: a joiner keeps a dlock head ahead" internal/scripts/fair_acquire.lua \

@@ -7,7 +7,7 @@
 -- release hands the lock over to it (handOver): the head holds the lock
 -- when it is told, and needs no attempt of its own to take it. A Redisson
 -- (Java) head, a dlock head that nobody listens for, or any head when
--- ARGV[5] is absent, is woken as Redisson's unlock does, and attempts.
+-- ARGV[5] is 0, is woken as Redisson's unlock does, and attempts.
 --
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the waiting queue (redisson_lock_queue:{name})
@@ -19,7 +19,8 @@
 -- ARGV[2]  owner
 -- ARGV[3]  publish command: "publish" or "spublish"
 -- ARGV[4]  fair wait timeout in milliseconds
--- ARGV[5]  lease in milliseconds of a hand-over (the releaser's own)
+-- ARGV[5]  lease in milliseconds of a hand-over (the releaser's own), 0
+--          for no hand-over
 -- ARGV[6]  "1" to take a fencing token for the head a hand-over is for
 --
 -- Returns 1 when the lock was freed, 2 when it was handed over, -1 when
@@ -32,7 +33,7 @@
 -- fenced; us the server's clock, nowMicros, which the waiter checks
 -- against its latest attempt that found the lock taken: a message that
 -- arrives late, after the hold it gave ended and an attempt found the lock
--- another owner's, is not a grant). The Client sends ARGV[5] only where
+-- another owner's, is not a grant). The Client sends a lease in ARGV[5] where
 -- PUBLISH counts every receiver: one server, or sharded pub/sub on a
 -- cluster (on a cluster, classic PUBLISH counts the receivers of the node
 -- that ran it, while the message reaches every node). It returns
@@ -81,7 +82,7 @@ end
 -- A dlock head that listens on its channel is alive whatever its
 -- deadline says: it is handed the lock without the purge's read of its
 -- deadline (one LRANGE reads it and the new head behind it).
-if ARGV[5] then
+if tonumber(ARGV[5]) > 0 then
   local two = redis.call('lrange', KEYS[2], 0, 1)
   if two[1] and dlockOwner(two[1]) and handOver(two[1], two[2]) then
     return 2

@@ -1,0 +1,212 @@
+package dlock
+
+// The two ways the first fair hand-over (reverted in f74858f) could grant
+// the lock twice: a hand-over message read after a later attempt had found
+// the lock another owner's, and a hand-over on a cluster whose classic
+// PUBLISH counts only the receivers of one node.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestFairStaleHandOverIsNoGrant: a hand-over message that ran before the
+// waiter's latest attempt found the lock taken is no grant. Its hold has
+// ended (that attempt found another owner), so a waiter that took it would
+// hold the lock beside the real holder. The message stands for one whose
+// delivery was held up (a paused process, a slow pub/sub connection) until
+// after the hold it gave had run out and another owner took the lock: the
+// test publishes it itself, with the server's clock of before the waiter's
+// attempt, while another owner holds the lock. The waiter must wake, look
+// again (one more attempt) and go on waiting; the holder's unlock then
+// hands the lock over for real.
+func TestFairStaleHandOverIsNoGrant(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+	before := serverMicros(t, ctx)
+
+	rdb := newRedis(t)
+	attempts := &scriptRuns{s: scripts.FairAcquire}
+	rdb.AddHook(attempts)
+	wc := newClient(t, rdb)
+	w := mustFair(t, wc, name)
+	owner, got := fairWaiter(t, ctx, w, 1)
+	waitForSubscriber(t, wc, w.kind.channel(owner))
+	queued := attempts.n.Load()
+
+	stale := fmt.Sprintf("h:%d:0:%d", millis(w.lease()), before)
+	if err := wc.rdb.Publish(ctx, w.kind.channel(owner), stale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter reads the message when it wakes, and attempts again
+	// when it does not take it as a grant.
+	eventually(t, 10*time.Second, func() error {
+		select {
+		case r := <-got:
+			t.Fatalf("the waiter took a stale hand-over as its grant (Lock returned, err %v) while another owner holds the lock", r.err)
+		default:
+		}
+		if attempts.n.Load() == queued {
+			return fmt.Errorf("the waiter has not looked again after the message")
+		}
+		return nil
+	})
+	if ok, _ := wc.rdb.HExists(ctx, name, owner).Result(); ok {
+		t.Fatalf("the waiter %s holds the lock in Redis after a stale message", owner)
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, 10*time.Second, "the waiter after the real hand-over")
+	if ok, err := wc.rdb.HExists(ctx, name, owner).Result(); err != nil || !ok {
+		t.Errorf("the waiter's lock is not its own in Redis (%v, %v)", ok, err)
+	}
+	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serverMicros is the Redis server's clock in microseconds, as the fair
+// scripts read it (nowMicros in fair_queue.lua).
+func serverMicros(t *testing.T, ctx context.Context) int64 {
+	t.Helper()
+	now, err := newRedis(t).Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now.UnixMicro()
+}
+
+// TestFairClusterClassicNoHandOver: on a cluster with classic pub/sub a
+// release does not hand the lock over; the head waiter is woken and takes
+// the lock with an attempt of its own. Classic PUBLISH counts only the
+// subscribers of the node that ran it, while the message reaches every
+// node: the head, subscribed on another node, would be counted out (the
+// lock freed, the head woken) and still receive the hand-over message.
+// The head's Client here subscribes through another master (its pub/sub
+// connection was opened for a lock in a slot of that master), so the
+// waiter returned from Lock must hold the lock in Redis.
+func TestFairClusterClassicNoHandOver(t *testing.T) {
+	cl := sharedCluster(t)
+	tp := clusterTopology(t)
+	ctx := boundedCtx(t, time.Minute)
+	name := topoName(t, tp)
+	other := name + ":other"
+	for i := 0; cl.MasterFor(other) == cl.MasterFor(name); i++ {
+		other = name + ":other" + strconv.Itoa(i)
+	}
+
+	wc := newClient(t, tp.redis(t), WithShardedPubSub(false))
+	// Open the waiter's pub/sub connection on other's master: a waiter
+	// on other, held by another Client, stays subscribed throughout.
+	blocker := mustMutex(t, newClient(t, tp.redis(t), WithShardedPubSub(false)), other)
+	blocked := mustLock(t, ctx, blocker)
+	octx, cancelOther := context.WithCancel(ctx)
+	otherWait := lockAsync(octx, mustMutex(t, wc, other))
+	defer func() {
+		cancelOther()
+		<-otherWait
+		_ = blocker.Unlock(blocked)
+	}()
+	clusterSubscriber(t, cl, wc, prefixName(channelPrefix, other))
+
+	hc := newClient(t, tp.redis(t), WithShardedPubSub(false))
+	holder := mustFair(t, hc, name)
+	held := mustLock(t, ctx, holder)
+	w := mustFair(t, wc, name)
+	owner, got := fairWaiter(t, ctx, w, 1)
+	clusterSubscriber(t, cl, wc, w.kind.channel(owner))
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, 10*time.Second, "the head waiter")
+	if ok, err := wc.rdb.HExists(ctx, name, owner).Result(); err != nil || !ok {
+		t.Errorf("the head waiter returned from Lock, but the lock is not its own in Redis (%v, %v)", ok, err)
+	}
+	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clusterSubscriber waits until c's hub has a waiter on channel and some
+// node of cl counts a classic subscriber of it.
+func clusterSubscriber(t *testing.T, cl *redistest.Cluster, c *Client, channel string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		if c.hub.Waiters(channel) == 0 {
+			return errors.New("no waiter yet")
+		}
+		for _, n := range cl.Nodes() {
+			v, err := n.Do(context.Background(), "PUBSUB", "NUMSUB", channel)
+			if err != nil {
+				return err
+			}
+			if r, _ := v.([]any); len(r) == 2 && r[1] != int64(0) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no node counts a subscriber of %s", channel)
+	})
+}
+
+// TestFairLeaveAfterHandOverOutlivesOutage: a waiter that gives up after a
+// release handed it the lock, while Redis cannot be reached, leaves the
+// queue and gives the lock back once Redis can be reached again: the leave
+// is sent again as a release is (and the give-back after it, sendBack),
+// rather than the lock staying the waiter's for its 30 s lease while the
+// next waiter waits.
+func TestFairLeaveAfterHandOverOutlivesOutage(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	admin := newRedis(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var g dialGate
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: g.dial, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	wc := newClient(t, rdb)
+	fm := mustFair(t, wc, name)
+	k := fm.kind.(*fairKind)
+	gone := request{owner: wc.newOwner(), lease: 30 * time.Second, wait: true}
+	if res, err := k.attempt(ctx, gone); err != nil || res.acquired {
+		t.Fatalf("queueing %s: %+v, %v", gone.owner, res, err)
+	}
+	sub, err := wc.hub.Subscribe(ctx, k.channel(gone.owner)) // as its Lock's sleep did
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close(false)
+	recv(t, sub.Ready(), 5*time.Second, "the subscription")
+	next := mustFair(t, newClient(t, nil), name)
+	_, got := fairWaiter(t, ctx, next, 2)
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := admin.HExists(ctx, name, gone.owner).Result(); err != nil || !ok {
+		t.Fatalf("the head waiter %s was not handed the lock (%v, %v)", gone.owner, ok, err)
+	}
+
+	g.shut.Store(true)
+	proxy.CloseAll()
+	fm.leave(gone) // as its Lock does when its ctx ends; the first tries fail
+	if ok, err := admin.HExists(ctx, name, gone.owner).Result(); err != nil || !ok {
+		t.Fatalf("the lock left the waiter during the outage (%v, %v)", ok, err)
+	}
+	g.shut.Store(false)
+	l := await(t, got, 10*time.Second, "the next waiter once Redis could be reached again")
+	if err := next.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
