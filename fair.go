@@ -56,7 +56,15 @@ import (
 // reads no deadline of a dlock head it hands over to). A waiter whose
 // process dies just as an unlock runs, before Redis has seen its
 // connection close, can be handed the lock: it then holds it for the
-// unlocker's lease, as a holder that dies does. A grant moves only
+// unlocker's lease, as a holder that dies does. The hand-over is safe by
+// construction: its message carries the server's clock, and a waiter takes
+// it only if it ran after the waiter's latest attempt that found the lock
+// taken (a late message, whose hold ended before that attempt, is no
+// grant); it is used only where Redis counts every receiver of the
+// message (one server, or sharded pub/sub on a cluster: not a cluster's
+// classic pub/sub, whose PUBLISH counts one node, nor WithReplicaSync);
+// and a waiter that gives up after it was handed the lock gives it back
+// through the release path, sent again until Redis answers. A grant moves only
 // the new head's deadline (one ZADD), not the whole queue's, and only a
 // Redisson new head's (a dlock head keeps its own ahead), a joiner counts
 // its deadline from its place, not from the last waiter's, and reads the
