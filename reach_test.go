@@ -229,7 +229,7 @@ func TestGiveBackQuietWhileUnreachable(t *testing.T) {
 	if _, err := m.TryLock(t.Context()); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("TryLock on a closed port: %v, want ErrUnreachable", err)
 	}
-	const line = "giving it back failed"
+	const line = "giving back a lock this owner may hold failed"
 	eventually(t, 10*time.Second, func() error {
 		if !strings.Contains(logs.String(), line) {
 			return errors.New("the give-back has not given up yet")
