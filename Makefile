@@ -70,12 +70,14 @@ test: redis postgres chromium netns lint
 # throwaway redis-servers it starts itself, prints the tables, splices them
 # into BENCHMARKS.md between its generated markers (the hand-written text
 # around them is kept) and writes bench/wait-distribution.png. About 7
-# minutes. One scenario quickly, printed only (BENCHMARKS.md untouched):
+# minutes (about 12 with every scenario). One scenario quickly, printed only
+# (BENCHMARKS.md untouched):
 #   cd bench && go run . -only hot -duration 5s              # ~2 min, 3 rounds
 #   cd bench && go run . -only hot -duration 5s -rounds 1 -libs dlock,rueidislock
 #   cd bench && go run . -only sem                         # permit semaphore, ~30 s
+#   cd bench && go run . -only floor                       # Redis cost of Redisson's, dlock's and SET NX's scripts, ~40 s
 #   cd bench && go run . -only watchdog -libs dlock -wd-locks 1000000 -wd-lease 30s -duration 20s  # 1 M locks
-# Scenarios: unc, hot, redlock, watchdog, waiters, sem; go run . -h lists the flags.
+# Scenarios: unc, floor, hot, redlock, watchdog, waiters, sem; go run . -h lists the flags.
 bench: redis
 	cd bench && $(GO) run . -out ../BENCHMARKS.md -png wait-distribution.png -command "make bench"
 
