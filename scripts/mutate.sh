@@ -1308,6 +1308,12 @@ m "verify: semaphore model grants one permit too many" verify/check.go \
   'len(held) < n &&' \
   'len(held) <= n &&' \
   ./verify '^(TestCheckersOnSyntheticHistories)$'
+# verify/: a hold (pause-waiter's slow subscription) holds back even the
+# first segment sent on the connection after it began.
+m "verify: hold lets its first segment through" verify/netns.go \
+  '		_, err = c.Write(make([]byte, 1000))' \
+  '		_ = c' \
+  ./verify '^(TestHoldDelaysOneConnection)$'
 # dlockrueidis/: the rueidis driver falls back to EVAL after NOSCRIPT, and
 # subscribes its channels again (with notice) on a new pub/sub connection.
 m "rueidis: no EVAL after NOSCRIPT" dlockrueidis/driver.go \
