@@ -91,8 +91,8 @@ soak: redis
 # namespace of their own, with partitions, pauses past the lease, kill -9
 # of the master, and the histories checked with porcupine, a lost-update
 # counter and a fenced register; prints one table (docs/analysis.md). About
-# 25 minutes, as root. Fails if a negative control (a deliberately broken
-# client) escapes its checker. A 2-minute smoke runs in make test; one
+# 30 minutes, as root. Fails if a negative control (a deliberately broken
+# client) escapes its checker. A 3-minute smoke runs in make test; one
 # part only: cd verify && go run ./cmd/verify -only sentinel
 verify: redis netns
 	cd verify && $(GO) run ./cmd/verify

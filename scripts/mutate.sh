@@ -1340,6 +1340,18 @@ m "verify: semaphore model grants one permit too many" verify/check.go \
   'len(held) < n &&' \
   'len(held) <= n &&' \
   ./verify '^(TestCheckersOnSyntheticHistories)$'
+# verify/: a lock that stays unavailable to the end of a run shows in the
+# max unavailability, not only the time between two successes.
+m "verify: max unavailability ignores failed attempts" verify/check.go \
+  '		case e.Kind == "ok" || e.Kind == "fail":' \
+  '		case e.Kind == "ok":' \
+  ./verify '^(TestMaxUnavailable)$'
+# verify/: a hold (pause-waiter's slow subscription) holds back even the
+# first segment sent on the connection after it began.
+m "verify: hold lets its first segment through" verify/netns.go \
+  '		_, err = c.Write(make([]byte, 1000))' \
+  '		_ = c' \
+  ./verify '^(TestHoldDelaysOneConnection)$'
 # dlockrueidis/: the rueidis driver falls back to EVAL after NOSCRIPT, and
 # subscribes its channels again (with notice) on a new pub/sub connection.
 m "rueidis: no EVAL after NOSCRIPT" dlockrueidis/driver.go \

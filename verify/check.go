@@ -288,17 +288,25 @@ func longestConflict(workload string, hs []Hold) time.Duration {
 }
 
 // MaxUnavailable is the longest time in the history during which some
-// client was trying to acquire and none succeeded.
+// client was trying to acquire and none succeeded: from the first
+// attempt, or from a success, to the next success, or to an attempt that
+// failed with none after it (a lock that stays unavailable to the end of
+// the run, which the time between two successes would not show).
 func MaxUnavailable(evs []Event) time.Duration {
 	es := slices.Clone(evs)
 	slices.SortFunc(es, func(a, b Event) int { return cmpInt64(a.Mono, b.Mono) })
-	var worst, last int64
+	var worst int64
+	since := int64(-1) // the first attempt, then the latest success
 	for _, e := range es {
-		if e.Op == "acquire" && e.Kind == "ok" {
-			if last != 0 {
-				worst = max(worst, e.Mono-last)
+		switch {
+		case e.Op != "acquire":
+		case since < 0:
+			since = e.Mono
+		case e.Kind == "ok" || e.Kind == "fail":
+			worst = max(worst, e.Mono-since)
+			if e.Kind == "ok" {
+				since = e.Mono
 			}
-			last = e.Mono
 		}
 	}
 	return time.Duration(worst)

@@ -173,3 +173,32 @@ func TestLongestConflict(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxUnavailable: the longest stretch without a success while some
+// client tries, between two successes, from the first attempt, and from
+// the last success to a failed attempt when the lock stays unavailable to
+// the end.
+func TestMaxUnavailable(t *testing.T) {
+	var between, first, tail []Event
+	between = hold(between, 1, "", 0, 1, 2, 3)
+	between = hold(between, 2, "", 1, 9, 10, 11) // 8 without a success
+	first = hold(first, 1, "", 0, 12, 13, 14)    // 12 from the first attempt
+	first = hold(first, 2, "", 1, 15, 16, 17)
+	tail = hold(tail, 1, "", 0, 1, 2, 3)
+	tail = hold(tail, 2, "", 1, 4, 5, 6)
+	tail = append(tail, // then nobody gets the lock: 26 after the last success
+		Event{Client: 1, Op: "acquire", Kind: "invoke", Mono: 5},
+		Event{Client: 1, Op: "acquire", Kind: "fail", Mono: 20},
+		Event{Client: 1, Op: "acquire", Kind: "invoke", Mono: 21},
+		Event{Client: 2, Op: "acquire", Kind: "invoke", Mono: 7},
+		Event{Client: 2, Op: "acquire", Kind: "fail", Mono: 30})
+	for _, c := range []struct {
+		name string
+		evs  []Event
+		want time.Duration
+	}{{"between", between, 8}, {"first", first, 12}, {"tail", tail, 26}} {
+		if got := MaxUnavailable(c.evs); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

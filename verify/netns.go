@@ -157,6 +157,55 @@ func (n *Net) Heal(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Hold holds back the TCP segments that from sends to the given ports of
+// to's address: they wait, in order, in a queue on from's way out until
+// Release, and none is lost, while from's other traffic goes on. It
+// stands for one slow connection (a subscription whose messages come
+// late), which a route cannot make. The queue is a traffic control class
+// (tc's htb) of one byte a second, primed with a datagram that leaves it
+// in debt for minutes, so that even the first segment waits. One hold per
+// node at a time; the namespace's deletion removes it too.
+func (n *Net) Hold(ctx context.Context, from, to *Node, ports ...int) error {
+	steps := [][]string{
+		{"qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10"},
+		{"class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit"},
+		{"class", "add", "dev", "eth0", "parent", "1:", "classid", "1:20", "htb", "rate", "8bit", "ceil", "8bit", "burst", "1", "cburst", "1"},
+	}
+	for _, p := range ports {
+		steps = append(steps, []string{"filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+			"match", "ip", "dst", to.Addr + "/32", "match", "ip", "dport", strconv.Itoa(p), "0xffff", "flowid", "1:20"})
+	}
+	for _, s := range steps {
+		if err := tc(ctx, from.NS, s...); err != nil {
+			return errors.Join(err, n.Release(ctx, from))
+		}
+	}
+	if len(ports) == 0 {
+		return nil
+	}
+	// The first packet into a class goes whatever its rate: send one
+	// that matches (to's kernel answers it with an ICMP error).
+	c, err := from.DialContext(ctx, "udp", net.JoinHostPort(to.Addr, strconv.Itoa(ports[0])))
+	if err == nil {
+		_, err = c.Write(make([]byte, 1000))
+		c.Close()
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("dlock/verify: priming the hold: %w", err), n.Release(ctx, from))
+	}
+	return nil
+}
+
+// Release lets what Hold held on from go, at once and in order, and
+// removes the hold. (Deleting the queue would drop what it holds.)
+func (n *Net) Release(ctx context.Context, from *Node) error {
+	err := tc(ctx, from.NS, "class", "change", "dev", "eth0", "parent", "1:", "classid", "1:20", "htb", "rate", "10gbit", "ceil", "10gbit")
+	if err == nil {
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	return errors.Join(err, tc(ctx, from.NS, "qdisc", "del", "dev", "eth0", "root"))
+}
+
 // Close deletes the run's namespaces; the veth pairs and the bridge go
 // with them. It is safe to call more than once.
 func (n *Net) Close() error {
@@ -289,6 +338,15 @@ func (nd *Node) inNamespace(f func() (net.Conn, error)) (net.Conn, error) {
 		runtime.UnlockOSThread()
 	}
 	return c, err
+}
+
+// tc runs iproute2's tc in the namespace ns.
+func tc(ctx context.Context, ns string, args ...string) error {
+	out, err := exec.CommandContext(ctx, "tc", append([]string{"-n", ns}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("dlock/verify: tc -n %s %s: %w: %s", ns, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // ip runs the ip command of iproute2.

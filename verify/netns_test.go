@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -177,6 +178,76 @@ func TestPartitionStopsTraffic(t *testing.T) {
 	}
 	if err := ping(nil); err != nil {
 		t.Errorf("PING after healing: %v", err)
+	}
+}
+
+// TestHoldDelaysOneConnection: a message the master pushes on a held
+// subscription connection, the first segment it sends there since the
+// hold, waits until Release and then arrives, while another connection
+// from the same client goes on.
+func TestHoldDelaysOneConnection(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	n, err := NewNet(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	topo, err := StartTopology(ctx, n, t.TempDir(), 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer topo.Close()
+	client, err := n.AddNode(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := topo.Servers[0]
+	var conns [2]*respConn
+	for i := range conns {
+		if conns[i], err = dialResp(ctx, client, master.Addr(redisPort)); err != nil {
+			t.Fatal(err)
+		}
+		defer conns[i].Close()
+		conns[i].SetDeadline(time.Now().Add(5 * time.Second))
+	}
+	sub, free := conns[0], conns[1]
+	// readUntil reads sub's lines until one is want.
+	readUntil := func(want string, d time.Duration) error {
+		sub.SetReadDeadline(time.Now().Add(d))
+		for {
+			line, err := sub.r.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(line) == want {
+				return nil
+			}
+		}
+	}
+	if _, err := sub.Write([]byte("SUBSCRIBE ch\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := readUntil(":1", time.Second); err != nil {
+		t.Fatalf("SUBSCRIBE: %v", err)
+	}
+	if err := n.Hold(ctx, master.Node, client, sub.LocalAddr().(*net.TCPAddr).Port); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := free.Write([]byte("PUBLISH ch hello\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := free.r.ReadString('\n'); err != nil || strings.TrimSpace(line) != ":1" {
+		t.Errorf("PUBLISH on the other connection, during the hold: %q, %v", line, err)
+	}
+	if err := readUntil("hello", 300*time.Millisecond); err == nil {
+		t.Error("the message came through the hold")
+	}
+	if err := n.Release(ctx, master.Node); err != nil {
+		t.Fatal(err)
+	}
+	if err := readUntil("hello", time.Second); err != nil {
+		t.Errorf("the message after Release: %v", err)
 	}
 }
 

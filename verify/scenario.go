@@ -12,13 +12,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/dlock-go/dlock/internal/layout"
+	"github.com/redis/go-redis/v9"
 )
 
 // Topologies.
@@ -46,6 +51,15 @@ const (
 	// FaultPauseHolder freezes (SIGSTOP) the client process that holds
 	// the lock for longer than the lease, then resumes it.
 	FaultPauseHolder = "pause-holder"
+	// FaultPauseWaiter (the fair workload only) freezes the client
+	// process whose waiter heads the fair lock's queue while another
+	// process holds the lock, for pauseWaiterFor, and holds back the
+	// master's messages to it until its waiter has queued again:
+	// the holder's unlock hands the lock over to the frozen waiter, that
+	// hold runs out, another waiter takes the lock, and the frozen one
+	// resumes, finds the lock taken, then reads the message of a
+	// hand-over that has ended.
+	FaultPauseWaiter = "pause-waiter"
 	// FaultPauseMaster freezes the master past Sentinel's down-after, so a
 	// replica is promoted, then resumes it.
 	FaultPauseMaster = "pause-master"
@@ -65,6 +79,15 @@ const (
 	pauseFor     = 3 * watchdog           // a pause, past the lease
 	settle       = 2 * time.Second        // contention between faults
 	clockJump    = 5 * watchdog           // a client clock jump, past the lease
+)
+
+// Timing of FaultPauseWaiter. The pause outlasts the lease a hand-over
+// sets (the watchdog timeout) and leaves another waiter time to take the
+// lock, and ends well within the 5 s a worker's Lock waits: the frozen
+// waiter's Lock is still waiting when it resumes and queues again.
+const (
+	pauseWaiterFor = watchdog + time.Second
+	requeueWait    = 2 * time.Second // at most, for the resumed waiter to queue again
 )
 
 // Scenario is one run.
@@ -170,9 +193,10 @@ func Run(ctx context.Context, sc Scenario, dir string) (res Result, err error) {
 }
 
 // startWorkers starts three worker processes, each in its own namespace,
-// running this executable again (WorkerMain).
+// running this executable again (WorkerMain), or the broken worker
+// (workerBinary).
 func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) ([]*client, error) {
-	exe, err := os.Executable()
+	exe, err := workerBinary(ctx, sc, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +230,11 @@ func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) 
 			// Most of a hold before the register write: a pause then
 			// finds the holder before it, and the write goes out stale.
 			cfg.Critical = 50 * time.Millisecond
+		case FaultPauseWaiter:
+			// A waiter that queues again has a few holds of 50 ms to
+			// wait: its hand-over messages, held back until then, reach
+			// it before its turn (pauseWaiter).
+			cfg.Critical = 50 * time.Millisecond
 		}
 		if sc.Hold != 0 {
 			cfg.Critical = sc.Hold
@@ -219,6 +248,28 @@ func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) 
 		clients = append(clients, c)
 	}
 	return clients, nil
+}
+
+// workerBinary returns the executable that sc's workers run: this one,
+// or for BrokenHandOverNoSeq this module's cmd/verify built with the tag
+// brokenTag, into dir. That build needs the go command on PATH and the
+// module's source where this file was compiled (not -trimpath); the
+// build cache makes it a link after the first time.
+func workerBinary(ctx context.Context, sc Scenario, dir string) (string, error) {
+	if sc.Broken != BrokenHandOverNoSeq {
+		return os.Executable()
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok || !filepath.IsAbs(file) {
+		return "", fmt.Errorf("dlock/verify: the %s worker is built from verify/'s source, and this binary does not say where it is (%q)", sc.Broken, file)
+	}
+	out := filepath.Join(dir, "worker-"+brokenTag)
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", brokenTag, "-o", out, "./cmd/verify")
+	cmd.Dir = filepath.Dir(file)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("dlock/verify: building the %s worker in %s: %w\n%s", sc.Broken, cmd.Dir, err, b)
+	}
+	return out, nil
 }
 
 // awaitWorkers waits until every worker has exited, or deadline.
@@ -303,6 +354,10 @@ func inject(ctx context.Context, sc Scenario, topo *Topology, clients []*client,
 		if note != "" {
 			f.notes = append(f.notes, note)
 		}
+		if errors.Is(err, errNoTarget) {
+			f.notes = append(f.notes, "no target: "+sc.Fault+" skipped")
+			continue
+		}
 		if err != nil {
 			f.err = err
 			return f
@@ -318,9 +373,15 @@ func faultBudget(fault string) time.Duration {
 		return partitionFor + 6*time.Second
 	case FaultPauseHolder:
 		return pauseFor + 2*time.Second
+	case FaultPauseWaiter:
+		return pauseWaiterFor + requeueWait + 2*time.Second
 	}
 	return 8 * time.Second
 }
+
+// errNoTarget is a fault's error when what it aims at was not there (no
+// waiter to freeze): the run goes on, and the table notes it.
+var errNoTarget = errors.New("dlock/verify: the fault found no target")
 
 type faultFn func(ctx context.Context, topo *Topology, clients []*client) (note string, err error)
 
@@ -334,6 +395,8 @@ func faultFunc(name string) faultFn {
 		return partitionReplicas
 	case FaultPauseHolder:
 		return pauseHolder
+	case FaultPauseWaiter:
+		return pauseWaiter
 	case FaultPauseMaster:
 		return pauseMaster
 	case FaultKillMaster:
@@ -466,6 +529,178 @@ func holderClient(ctx context.Context, topo *Topology, clients []*client) (*clie
 		return errors.New("nobody holds the lock")
 	})
 	return target, err
+}
+
+// pauseWaiter freezes, for pauseWaiterFor, the worker whose waiter heads
+// the fair lock's queue while another worker holds the lock, and holds
+// back the master's segments on the worker's subscription connections
+// (Net.Hold) until that waiter, resumed, has queued again. The holder's
+// unlock hands the lock over to the frozen waiter; that hold runs out,
+// another waiter takes the lock, and the frozen waiter resumes, makes an
+// attempt (its timer fired long ago) that finds the lock another's and
+// queues it at the tail, and only then reads the hand-over's message, a
+// few holds before its turn. Without the hold, whether the message or
+// the timer comes first after SIGCONT is up to Go's scheduler (the
+// message, in about half the pauses tried); held too long, the message
+// comes after the waiter's next, real hand-over.
+//
+// Once every thread of the worker is stopped, the lock must not be the
+// worker's: when it is, the worker took it between the look and the stop
+// (or was handed it then) and may believe it holds, a frozen holder,
+// which is pause-holder's fault and which no lease lock can make safe. It
+// is resumed at once, long before that lease can run out, and another
+// head is looked for.
+func pauseWaiter(ctx context.Context, topo *Topology, clients []*client) (string, error) {
+	for range 50 {
+		target, head, err := headWaiterClient(ctx, topo, clients)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", err
+			}
+			// The queue can be wedged: a place whose Lock has ended
+			// but whose Client lives heads the free lock until its
+			// deadline (the fair wait timeout), and nobody holds it.
+			// BrokenHandOverNoSeq leaves one behind each time it takes
+			// a stale hand-over for a grant.
+			return "", fmt.Errorf("%w: %w", errNoTarget, err)
+		}
+		m, err := topo.Master(ctx)
+		if err != nil {
+			return "", err
+		}
+		ports, err := subscriptionPorts(ctx, topo, m, target)
+		if err != nil {
+			return "", err
+		}
+		if err := topo.Net.Hold(ctx, m.Node, target.node, ports...); err != nil {
+			return "", err
+		}
+		if err := target.proc.Signal(syscall.SIGSTOP); err != nil {
+			return "", errors.Join(err, topo.Net.Release(ctx, m.Node))
+		}
+		holds, err := stoppedHolds(ctx, topo, target)
+		if err == nil && !holds {
+			sleepCtx(ctx, pauseWaiterFor)
+			err := target.proc.Signal(syscall.SIGCONT)
+			note := "paused " + target.node.Name + " (head waiter)"
+			if err == nil && awaitQueued(ctx, topo, m, head) != nil {
+				note += ", not queued again"
+			}
+			return note, errors.Join(err, topo.Net.Release(ctx, m.Node))
+		}
+		if err := errors.Join(err, target.proc.Signal(syscall.SIGCONT), topo.Net.Release(ctx, m.Node)); err != nil {
+			return "", err
+		}
+	}
+	return "", errors.New("dlock/verify: no head waiter could be frozen without the lock in 50 tries")
+}
+
+// awaitQueued waits up to requeueWait, looking every millisecond, until
+// the waiter owner is in the fair lock's queue on m.
+func awaitQueued(ctx context.Context, topo *Topology, m *Proc, owner string) error {
+	rdb := topo.Client(m.Addr(redisPort))
+	defer rdb.Close()
+	queue := layout.Prefixed(layout.QueuePrefix, lockName)
+	deadline := time.Now().Add(requeueWait)
+	for {
+		_, err := rdb.LPos(ctx, queue, owner, redis.LPosArgs{}).Result()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// subscriptionPorts returns the ports of c's subscription connections to
+// the server m, as its CLIENT LIST shows them.
+func subscriptionPorts(ctx context.Context, topo *Topology, m *Proc, c *client) ([]int, error) {
+	v, err := topo.do(ctx, m.Addr(redisPort), "CLIENT", "LIST")
+	if err != nil {
+		return nil, err
+	}
+	var ports []int
+	for line := range strings.Lines(fmt.Sprint(v)) {
+		f := map[string]string{}
+		for kv := range strings.FieldsSeq(line) {
+			k, v, _ := strings.Cut(kv, "=")
+			f[k] = v
+		}
+		host, port, _ := strings.Cut(f["addr"], ":")
+		p, err := strconv.Atoi(port)
+		sub, _ := strconv.Atoi(f["sub"])
+		psub, _ := strconv.Atoi(f["psub"])
+		ssub, _ := strconv.Atoi(f["ssub"])
+		if host != c.node.Addr || err != nil || sub+psub+ssub == 0 {
+			continue
+		}
+		ports = append(ports, p)
+	}
+	if len(ports) == 0 {
+		return nil, fmt.Errorf("dlock/verify: %s has no subscription connection to %s", c.node.Name, m.Node.Name)
+	}
+	return ports, nil
+}
+
+// lockAndHead returns, in one script, the fields of the lock's hash (its
+// holders' owners) and the head of the fair lock's queue ("" for none).
+var lockAndHead = `return {redis.call('hkeys', KEYS[1]), redis.call('lindex', KEYS[2], 0) or ''}`
+
+// headWaiterClient returns the worker whose waiter heads the fair lock's
+// queue while the lock is another worker's, and that waiter (its owner),
+// waiting up to ten seconds for one.
+func headWaiterClient(ctx context.Context, topo *Topology, clients []*client) (target *client, head string, err error) {
+	err = poll(ctx, 10*time.Second, func() error {
+		m, err := topo.Master(ctx)
+		if err != nil {
+			return err
+		}
+		v, err := topo.do(ctx, m.Addr(redisPort), "EVAL", lockAndHead, 2, lockName, layout.Prefixed(layout.QueuePrefix, lockName))
+		if err != nil {
+			return err
+		}
+		r, _ := v.([]any)
+		if len(r) != 2 {
+			return fmt.Errorf("dlock/verify: lock and head: %v", v)
+		}
+		fields, _ := r[0].([]any)
+		head = fmt.Sprint(r[1])
+		if len(fields) == 0 || head == "" {
+			return fmt.Errorf("no waiter while another holds the lock: holders %v, head %q", fields, head)
+		}
+		for _, c := range clients {
+			if ownedBy(head, c) && !slices.ContainsFunc(fields, func(f any) bool { return ownedBy(fmt.Sprint(f), c) }) {
+				target = c
+				return nil
+			}
+		}
+		return fmt.Errorf("the head waiter %s's worker holds the lock too: %v", head, fields)
+	})
+	return target, head, err
+}
+
+// stoppedHolds waits until every thread of c's process is stopped and
+// reports whether c holds the lock then.
+func stoppedHolds(ctx context.Context, topo *Topology, c *client) (bool, error) {
+	if err := poll(ctx, time.Second, c.proc.stopped); err != nil {
+		return false, err
+	}
+	m, err := topo.Master(ctx)
+	if err != nil {
+		return false, err
+	}
+	v, err := topo.do(ctx, m.Addr(redisPort), "HKEYS", lockName)
+	if err != nil {
+		return false, err
+	}
+	fields, _ := v.([]any)
+	return slices.ContainsFunc(fields, func(f any) bool { return ownedBy(fmt.Sprint(f), c) }), nil
+}
+
+// ownedBy reports whether owner (a lock field or a queued waiter) is one
+// of c's dlock client's.
+func ownedBy(owner string, c *client) bool {
+	id, _ := os.ReadFile(c.out + ".id")
+	return len(id) > 0 && strings.Contains(owner, string(id))
 }
 
 // pauseMaster freezes the master until the sentinels promote another

@@ -7,6 +7,7 @@ package verify
 // never touch the control node or the resource.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -80,6 +81,33 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 		return errors.New("dlock/verify: not started")
 	}
 	return syscall.Kill(cmd.Process.Pid, sig)
+}
+
+// stopped returns nil once every thread of the process is stopped (state
+// T in /proc: a SIGSTOP has taken effect), an error otherwise.
+func (p *Proc) stopped() error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		return errors.New("dlock/verify: not started")
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", cmd.Process.Pid))
+	if err != nil || len(tasks) == 0 {
+		return fmt.Errorf("dlock/verify: threads of %d: %v", cmd.Process.Pid, err)
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return err
+		}
+		// "pid (comm) state ...": comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return fmt.Errorf("dlock/verify: thread %s not stopped", t)
+		}
+	}
+	return nil
 }
 
 // exited is closed when the process has exited.

@@ -17,6 +17,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +37,7 @@ const workerEnv = "DLOCK_VERIFY_WORKER"
 // Workloads.
 const (
 	WorkMutex = "mutex" // Mutex with fencing: counter and fenced register
+	WorkFair  = "fair"  // FairMutex with fencing: as WorkMutex
 	WorkRW    = "rw"    // RWMutex: readers and writers, writers count
 	WorkSem   = "sem"   // PermitSemaphore of SemPermits permits
 )
@@ -50,7 +54,15 @@ const (
 	// BrokenUnfenced is a correct client whose storage skips the fencing
 	// check: the register accepts every write.
 	BrokenUnfenced = "unfenced"
+	// BrokenHandOverNoSeq is a FairMutex client built with the tag
+	// dlock_broken_handover (workerBinary): its waiters take any
+	// hand-over message as a grant, also one older than their latest
+	// attempt that found the lock another's, whose hold has ended.
+	BrokenHandOverNoSeq = "handover-no-seq"
 )
+
+// brokenTag is the build tag of BrokenHandOverNoSeq's worker.
+const brokenTag = "dlock_broken_handover"
 
 // WorkerConfig is what one worker process does.
 type WorkerConfig struct {
@@ -151,6 +163,9 @@ func runWorker(cfgJSON string) error {
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		return err
 	}
+	if err := checkBuild(cfg); err != nil {
+		return err
+	}
 	if cfg.ClockJump != 0 {
 		defer jumpOnSignal(cfg.ClockJump)()
 	}
@@ -188,6 +203,28 @@ func runWorker(cfgJSON string) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(s.out)
+}
+
+// checkBuild refuses a worker whose dlock is not the client cfg asks for:
+// BrokenHandOverNoSeq's must be built with brokenTag (a negative control
+// run on a correct client would pass for the wrong reason), and every
+// other one without it.
+func checkBuild(cfg WorkerConfig) error {
+	broken := false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), brokenTag) {
+				broken = true
+			}
+		}
+	}
+	switch want := cfg.Broken == BrokenHandOverNoSeq; {
+	case want && !broken:
+		return fmt.Errorf("dlock/verify: the %s client needs a worker built with -tags %s", cfg.Broken, brokenTag)
+	case broken && !want:
+		return fmt.Errorf("dlock/verify: this worker is built with -tags %s: it runs only the %s client", brokenTag, BrokenHandOverNoSeq)
+	}
+	return nil
 }
 
 // jumpOnSignal moves dlock's wall clock (internal/clock) by d on SIGUSR1
@@ -375,6 +412,9 @@ func newHolder(cfg WorkerConfig, c *dlock.Client) (holder, error) {
 	case WorkMutex:
 		m, err := c.NewMutex(cfg.Name, append(lockOpts, dlock.WithFencing())...)
 		return mutexHolder{m}, err
+	case WorkFair:
+		m, err := c.NewFairMutex(cfg.Name, append(lockOpts, dlock.WithFencing())...)
+		return fairHolder{m}, err
 	case WorkRW:
 		rw, err := c.NewRWMutex(cfg.Name, lockOpts...)
 		return rwHolder{rw}, err
@@ -399,6 +439,13 @@ func (h mutexHolder) acquire(ctx context.Context, _ string) (context.Context, er
 	return h.m.Lock(ctx)
 }
 func (h mutexHolder) release(hctx context.Context, _ string) error { return h.m.Unlock(hctx) }
+
+type fairHolder struct{ m *dlock.FairMutex }
+
+func (h fairHolder) acquire(ctx context.Context, _ string) (context.Context, error) {
+	return h.m.Lock(ctx)
+}
+func (h fairHolder) release(hctx context.Context, _ string) error { return h.m.Unlock(hctx) }
 
 type rwHolder struct{ rw *dlock.RWMutex }
 

@@ -3,8 +3,8 @@
 // and kills, and prints one table. It needs root, iproute2 and Redis;
 // `make verify` installs them and runs it.
 //
-//	go run ./cmd/verify                 # the whole matrix, about 25 minutes
-//	go run ./cmd/verify -smoke          # the short one, about 2 minutes
+//	go run ./cmd/verify                 # the whole matrix, about 30 minutes
+//	go run ./cmd/verify -smoke          # the short one, about 3 minutes
 //	go run ./cmd/verify -only sentinel  # the scenarios whose name has "sentinel"
 //
 // It fails when a negative control (a deliberately broken client) was not
