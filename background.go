@@ -163,9 +163,11 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 
 // leave takes a waiter that stopped waiting out of the kind's queue, for
 // kinds that keep one (the fair lock), in the background, and waits
-// cleanupGrace for it. A leave whose answer is lost is sent again, as a
-// release is, for as long as a lease handed over to the owner meanwhile
-// could last. When a release handed the lock over to the owner before it
+// cleanupGrace for it. A leave that fails is sent again, as a release
+// is, for as long as the owner's place could hold the queue up (holdsUp)
+// or a lease handed over to it could last, whichever is longer: a leave
+// given up during an outage shorter than that would leave a place that
+// stalls every waiter behind it once Redis is back. When a release handed the lock over to the owner before it
 // left, the lock is given back through the release path (giveBack's
 // sendBack), with its re-sends: nobody else would release it before its
 // lease ran out.
@@ -174,7 +176,7 @@ func (h *handle) leave(req request) {
 	if !ok || !req.wait {
 		return
 	}
-	until := time.Now().Add(validity(req.lease))
+	until := time.Now().Add(max(validity(req.lease), a.holdsUp()))
 	grace(h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
 		holding := false
 		_, err := h.sendUntil(ctx, until, nil, func(ctx context.Context) (err error) {

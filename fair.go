@@ -403,6 +403,13 @@ func (k *fairKind) leave(ctx context.Context, r request) (holding bool, err erro
 	return k.c.holds.held(holdKey{k.key(), k.field(r.owner)}) == nil, nil
 }
 
+// holdsUp is how long a waiter that stopped waiting without leaving the
+// queue holds the waiters behind it up, at most: its deadline passes one
+// fair wait timeout after the lock is free with it at the head, and the
+// waiter behind it skips it then. (Its Client lives, so the dead-waiter
+// check does not take it out sooner.)
+func (k *fairKind) holdsUp() time.Duration { return time.Duration(k.wait) * time.Millisecond }
+
 // fairLeftHolding is fair_leave.lua's answer for an owner that was not
 // queued but holds the lock.
 const fairLeftHolding = 2

@@ -210,3 +210,43 @@ func TestFairLeaveAfterHandOverOutlivesOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFairLeaveOutlivesOutageLongerThanLease: a Lock that gives up while
+// Redis cannot be reached, for longer than its lease, still leaves the
+// queue once Redis is back. Its place would otherwise hold the next
+// waiter up for a fair wait timeout (5 min here) after the lock is free:
+// its Client lives, so no waiter takes it out for dead (verify/ saw a fair
+// lock stall so after a partition).
+func TestFairLeaveOutlivesOutageLongerThanLease(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	holder := mustFair(t, newClient(t, nil), name)
+	held := mustLock(t, ctx, holder)
+
+	proxy := redistest.NewTestProxy(t, redisAddr)
+	var g dialGate
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), Dialer: g.dial, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const lease = 300 * time.Millisecond
+	w := mustFair(t, newClient(t, rdb), name, WithLease(lease))
+	wctx, giveUp := context.WithCancel(ctx)
+	_, gaveUp := fairWaiter(t, wctx, w, 1)
+	next := mustFair(t, newClient(t, nil), name)
+	_, got := fairWaiter(t, ctx, next, 2)
+
+	g.shut.Store(true)
+	proxy.CloseAll()
+	giveUp()
+	if r := <-gaveUp; r.err == nil {
+		t.Fatal("the Lock given up returned the lock")
+	}
+	time.Sleep(3 * lease) // the outage's length, not a wait for a condition
+	g.shut.Store(false)
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, 10*time.Second, "the next waiter once the one ahead had left")
+	if err := next.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}

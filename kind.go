@@ -57,6 +57,10 @@ type kind interface {
 // release of another Client handed it over): it is given back.
 type leaver interface {
 	leave(ctx context.Context, r request) (holding bool, err error)
+	// holdsUp is how long a waiter that stopped waiting without leaving
+	// can hold the other waiters up: a leave that fails is sent again
+	// for that long.
+	holdsUp() time.Duration
 }
 
 // selfKept is implemented by kinds whose acquisitions the kind keeps

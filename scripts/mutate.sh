@@ -877,13 +877,20 @@ m "fair: leave keeps a lock handed to a waiter that gave up" fair.go \
 # A leave whose answer was lost is sent again, as a release is: it may be
 # what gives back a lock handed over to the waiter that left.
 m "fair: a failed leave not sent again" background.go \
-  '	until := time.Now().Add(validity(req.lease))
+  '	until := time.Now().Add(max(validity(req.lease), a.holdsUp()))
 	grace(h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
 		holding := false' \
   '	until := time.Now()
 	grace(h.c.work.run(h.holdKey(req.owner), func(ctx context.Context) {
 		holding := false' \
   . '^(TestFairLeaveAfterHandOverOutlivesOutage)$'
+# ... for as long as its place could hold the queue up, not just a lease:
+# verify/ saw a fair lock stall for minutes after a partition longer than
+# the lease, the places of Locks that gave up during it still queued.
+m "fair: a failed leave sent again for a lease only" background.go \
+  'until := time.Now().Add(max(validity(req.lease), a.holdsUp()))' \
+  'until := time.Now().Add(validity(req.lease))' \
+  . '^(TestFairLeaveOutlivesOutageLongerThanLease)$'
 # A hand-over message counts only if it ran after the waiter's latest
 # attempt that found the lock taken: a late one, whose hold has ended, would
 # make a second holder (the reverted first hand-over's defect).
