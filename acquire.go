@@ -214,8 +214,14 @@ func (w *waiter) attempt(ctx context.Context, first bool) (bool, attemptResult, 
 		defer done()
 	}
 	w.lockCtx, res, err = h.settle(ctx, req, hd, start, res, err, w.last)
+	// Only an attempt answered "taken" dates the hand-overs the waiter
+	// may take (handedByMessage); after any other outcome without the
+	// lock (an error, a late reply given back: each may have given back
+	// a hold that a hand-over made), none is taken until the next such
+	// answer.
+	w.sent, w.seq = time.Time{}, 0
 	if err == nil && w.lockCtx == nil && res.seq != 0 {
-		w.sent, w.seq = start, res.seq // answered: the lock is another owner's (handedByMessage)
+		w.sent, w.seq = start, res.seq
 	}
 	// A counting waiter that took a permit with more left passes its
 	// wake-up on: a waiter of this Client that joined the queue without

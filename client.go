@@ -34,6 +34,10 @@ type Client struct {
 
 	// cluster is set for a *redis.ClusterClient: renewals are grouped by slot.
 	cluster bool
+	// readsReplicas is set for a go-redis cluster client that routes reads
+	// to replicas (ReadOnly, RouteByLatency, RouteRandomly): its sharded
+	// subscriptions may be on replicas too (fairKind.handsOverByMessage).
+	readsReplicas bool
 	// deadlines is set when rdb ends every request by its ctx's deadline
 	// (honoursDeadlines): an attempt with a deadline runs on the caller's
 	// goroutine.
@@ -144,6 +148,10 @@ func connect(open driver.Open, opts []Option) (*Client, error) {
 		WithObserver(c.waits.observer())(&c.cfg)
 	}
 	c.deadlines = drv.Deadlines()
+	if cc, ok := drv.Handle().(*redis.ClusterClient); ok {
+		o := cc.Options()
+		c.readsReplicas = o.ReadOnly || o.RouteByLatency || o.RouteRandomly
+	}
 	c.record = newClientRecord(c, time.Now())
 	c.publish, c.hub = drv.Hub(cfg.shardedPubSub, cfg.logger)
 	c.queues.past = pastBound(c.cluster, c.publish)

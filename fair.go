@@ -56,15 +56,17 @@ import (
 // reads no deadline of a dlock head it hands over to). A waiter whose
 // process dies just as an unlock runs, before Redis has seen its
 // connection close, can be handed the lock: it then holds it for the
-// unlocker's lease, as a holder that dies does. The hand-over is safe by
-// construction: its message carries the server's clock, and a waiter takes
-// it only if it ran after the waiter's latest attempt that found the lock
-// taken (a late message, whose hold ended before that attempt, is no
-// grant); it is used only where Redis counts every receiver of the
-// message (one server, or sharded pub/sub on a cluster: not a cluster's
-// classic pub/sub, whose PUBLISH counts one node, nor WithReplicaSync);
-// and a waiter that gives up after it was handed the lock gives it back
-// through the release path, sent again until Redis answers. A grant moves only
+// unlocker's lease, as a holder that dies does. The hand-over's rules
+// (docs/safety.md): its message carries the server's clock, and a waiter
+// takes it only if it ran after the waiter's latest attempt that found the
+// lock taken (a late message, whose hold ended before that attempt, is no
+// grant) and with at least half its lease left on that count; the release
+// asks who listens on the head's channel before it publishes, never
+// after; only where the count can be trusted (not a cluster's classic
+// pub/sub, not a cluster client that reads from replicas, not
+// WithReplicaSync); and a waiter that gives up after it was handed the
+// lock gives it back through the release path, sent again until Redis
+// answers. A grant moves only
 // the new head's deadline (one ZADD), not the whole queue's, and only a
 // Redisson new head's (a dlock head keeps its own ahead), a joiner counts
 // its deadline from its place, not from the last waiter's, and reads the
@@ -336,11 +338,24 @@ func (k *fairKind) release(ctx context.Context, r request) (releaseResult, error
 // the lock is free for anyone. One server counts every subscriber, and so
 // does SPUBLISH on a cluster (a shard's subscribers connect to its
 // master); a cluster's classic PUBLISH counts only the node that ran it,
-// while the message reaches every node. Not with WithReplicaSync either:
-// the head's hold would skip the replica sync.
+// while the message reaches every node. Not with WithReplicaSync either
+// (the head's hold would skip the replica sync), nor on a cluster client
+// that reads from replicas (ReadOnly, RouteByLatency, RouteRandomly): its
+// sharded subscriptions may be on replicas, which SPUBLISH does not
+// count. (The script asks NUMSUB before it publishes, which keeps a
+// message from reaching a waiter it did not count anyway; see
+// fair_release.lua.)
 func (k *fairKind) handsOverByMessage() bool {
-	return !k.c.cfg.replicas.enabled() && (!k.c.cluster || k.c.publish == "spublish")
+	return !k.c.cfg.replicas.enabled() && (!k.c.cluster || k.c.publish == "spublish") && !k.c.readsReplicas
 }
+
+// trustsMessages says whether a waiter of this Client may take a
+// hand-over message as its grant: only where its own releases hand over
+// (handsOverByMessage). A waiter with WithReplicaSync must not take a
+// hold whose write no replica acknowledged; one whose subscriptions may be
+// on replicas (a cluster client that reads from them) could hear a message
+// that the release did not count.
+func (k *fairKind) trustsMessages() bool { return k.handsOverByMessage() }
 
 // handedOver reads the messages of a waiter's channel (msgs, oldest
 // first) for a hand-over (fair_release.lua) that ran after the waiter's

@@ -250,3 +250,87 @@ func TestFairLeaveOutlivesOutageLongerThanLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFairLateHandOverKeepsFullLease: a hand-over's lease is counted from
+// when the waiter's latest attempt that found the lock taken was sent,
+// which can be most of a lease before the unlock (the head sleeps until
+// the holder's lease would end). Taken as a grant then, the hold would end
+// locally long before Redis's lease, before the watchdog's first renewal
+// (reviewers saw the lock lost 0.1–0.8 s after Lock returned). A waiter
+// does not take a hand-over whose lease may be half gone on that count:
+// its next attempt finds it holding and sets the lease afresh.
+func TestFairLateHandOverKeepsFullLease(t *testing.T) {
+	ctx := boundedCtx(t, time.Minute)
+	name := lockName(t)
+	const lease = 2 * time.Second
+	holder := mustFair(t, newClient(t, nil), name, WithLease(lease))
+	held := mustLock(t, ctx, holder)
+	wc := newClient(t, nil)
+	w := mustFair(t, wc, name, WithLease(lease))
+	owner, got := fairWaiter(t, ctx, w, 1)
+	waitForSubscriber(t, wc, w.kind.channel(owner))
+	// The waiter attempted once, at most a moment after the holder took
+	// the lock, and sleeps until its lease would end: unlock late in it.
+	eventually(t, 10*time.Second, func() error {
+		if pttl := wc.rdb.PTTL(ctx, name).Val(); pttl > lease/3 {
+			return fmt.Errorf("the holder's lease has %v left", pttl)
+		}
+		return nil
+	})
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	l := await(t, got, 10*time.Second, "the head waiter")
+	hd := wc.holds.held(w.holdKey(owner))
+	if hd == nil {
+		t.Fatal("no hold registered for the waiter")
+	}
+	if left := time.Until(wc.holds.deadline(hd)); left < validity(lease)*6/10 {
+		t.Errorf("the handed hold ends locally in %v, want most of its %v lease", left, lease)
+	}
+	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairHandOverNotPublishedUnheard: a release hands the lock over only
+// to a head that a client connected to the master listens for, and asks
+// before it publishes: a hand-over message published and then found
+// unheard on the master (the reverted first version's order) still reaches
+// the replicas, where a waiter's pub/sub connection can be (left on a
+// demoted master after a failover), and would be a grant there while the
+// lock is freed. Here the head's channel is heard on the replica only: the
+// release must free the lock and publish the plain wake-up, never "h:".
+func TestFairHandOverNotPublishedUnheard(t *testing.T) {
+	s := sharedSentinel(t)
+	tp := sentinelTopology(t)
+	ctx := boundedCtx(t, time.Minute)
+	name := topoName(t, tp)
+	holder := mustFair(t, newClient(t, tp.redis(t)), name)
+	held := mustLock(t, ctx, holder)
+	wc := newClient(t, tp.redis(t))
+	k := mustFair(t, wc, name).kind.(*fairKind)
+	head := request{owner: wc.newOwner(), lease: 30 * time.Second, wait: true}
+	if res, err := k.attempt(ctx, head); err != nil || res.acquired {
+		t.Fatalf("queueing %s: %+v, %v", head.owner, res, err)
+	}
+	defer func() { _, _ = k.leave(context.Background(), head) }()
+	sub := s.Replica().Client().Subscribe(ctx, k.channel(head.owner))
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	if err := holder.Unlock(held); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Payload != unlockMessage {
+		t.Errorf("the replica's subscriber got %q, want the plain wake-up %q: a hand-over message nobody on the master heard", msg.Payload, unlockMessage)
+	}
+	if ok, _ := wc.rdb.HExists(ctx, name, head.owner).Result(); ok {
+		t.Errorf("the lock was handed over to %s, whom nobody on the master listens for", head.owner)
+	}
+}

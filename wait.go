@@ -143,6 +143,9 @@ type messageHander interface {
 	// microseconds): found, with the lease it set and the fencing token
 	// it took (0 for none).
 	handedOver(msgs []string, after int64) (lease time.Duration, token int64, found bool)
+	// trustsMessages says whether this Client may take a hand-over
+	// message as a grant at all (fairKind.trustsMessages).
+	trustsMessages() bool
 }
 
 // handedByMessage returns the grant of a release, of any Client, that
@@ -154,7 +157,9 @@ type messageHander interface {
 // hold's lease counts from when that attempt was sent, before the
 // hand-over ran; an attempt without an answer does not count. A hand-over
 // that took no token for a fenced waiter, or that set another lease than
-// the waiter's, is not taken as one: the next attempt finds the owner
+// the waiter's, is not taken as one, nor one whose lease may be half
+// gone counted from when that attempt was sent, nor any on a Client that
+// does not hand over by message itself: the next attempt finds the owner
 // holding the lock and sets the lease (and takes a token) itself.
 func (w *waiter) handedByMessage() grant {
 	k, ok := w.h.kind.(messageHander)
@@ -163,7 +168,15 @@ func (w *waiter) handedByMessage() grant {
 	}
 	msgs, _ := w.sub.Messages()
 	lease, token, found := k.handedOver(msgs, w.seq)
-	if !found || w.req.fence && token == 0 || millis(lease) != millis(w.req.lease) {
+	switch {
+	case !found || w.req.fence && token == 0 || millis(lease) != millis(w.req.lease):
+		return grant{}
+	case time.Since(w.sent) >= validity(w.req.lease)/2 || !k.trustsMessages():
+		// Counted from w.sent, half the lease may be gone already: the
+		// watchdog's first renewal might come after the local deadline.
+		// Or this Client's subscriptions may be where the release's
+		// count does not reach. The next attempt finds the owner holding
+		// the lock and sets the lease itself.
 		return grant{}
 	}
 	return grant{ok: true, token: token, start: w.sent}

@@ -37,9 +37,10 @@
 -- PUBLISH counts every receiver: one server, or sharded pub/sub on a
 -- cluster (on a cluster, classic PUBLISH counts the receivers of the node
 -- that ran it, while the message reaches every node). It returns
--- false, having changed nothing but maybe the token counter, when the
--- message reached nobody: the waiter's process died (its connection, and
--- so its subscription, went with it), or it is not subscribed yet. A dead
+-- false, having changed nothing but maybe the token counter, when nobody
+-- connected to this server listens on the head's channel (listened): the
+-- waiter's process died (its connection, and so its subscription, went
+-- with it), it is not subscribed yet, or it listens elsewhere. A dead
 -- waiter would hold the lock for a lease; it is woken instead, and the
 -- waiter behind it takes it out as dead (fair.go), while a live one
 -- attempts once subscribed. A Redisson waiter behind it, the new head,
@@ -47,16 +48,37 @@
 -- lock itself; a dlock one keeps its own deadline ahead (it attempts at
 -- least every half wait, fair_acquire.lua), which spares the clock read
 -- and the ZADD.
+-- listened reports whether a client connected to this server subscribes
+-- to channel (PUBSUB NUMSUB, or SHARDNUMSUB with SPUBLISH). It is asked
+-- before the hand-over message is published, never after: PUBLISH counts
+-- only this server's subscribers, but its message also reaches those of
+-- the replicas (a waiter's pub/sub connection left on a demoted master
+-- after a failover, a cluster client's that reads from replicas) and, on
+-- a cluster's classic pub/sub, of every node; a hand-over message
+-- published and then found unheard would reach such a waiter as a grant
+-- while the lock is freed. NUMSUB also leaves out pattern subscribers,
+-- which would count for a dead waiter. pcall: a user without +pubsub
+-- (ACL) wakes the head instead.
+local function listened(channel)
+  local cmd = 'numsub'
+  if ARGV[3] == 'spublish' then
+    cmd = 'shardnumsub'
+  end
+  local subs = redis.pcall('pubsub', cmd, channel)
+  return type(subs) == 'table' and subs.err == nil and tonumber(subs[2]) > 0
+end
+
 local function handOver(head, after)
   local lease = tonumber(ARGV[5])
   local token = 0
   if ARGV[6] == '1' then
     token = nextToken(KEYS[5])
   end
-  local message = string.format('h:%d:%d:%d', lease, token, nowMicros())
-  if redis.call(ARGV[3], KEYS[4] .. ':' .. head, message) == 0 then
+  local channel = KEYS[4] .. ':' .. head
+  if not listened(channel) then
     return false
   end
+  redis.call(ARGV[3], channel, string.format('h:%d:%d:%d', lease, token, nowMicros()))
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], head)
   redis.call('hset', KEYS[1], head, 1)
