@@ -253,23 +253,42 @@ func startWorkers(ctx context.Context, sc Scenario, topo *Topology, dir string) 
 // workerBinary returns the executable that sc's workers run: this one,
 // or for BrokenHandOverNoSeq this module's cmd/verify built with the tag
 // brokenTag, into dir. That build needs the go command on PATH and the
-// module's source where this file was compiled (not -trimpath); the
-// build cache makes it a link after the first time.
+// module's source: where this file was compiled, or else (a binary built
+// with -trimpath, as make mutate builds them) the working directory, if
+// it is verify/ (go test runs a package's tests there); the build cache
+// makes it a link after the first time.
 func workerBinary(ctx context.Context, sc Scenario, dir string) (string, error) {
 	if sc.Broken != BrokenHandOverNoSeq {
 		return os.Executable()
 	}
-	_, file, _, ok := runtime.Caller(0)
-	if !ok || !filepath.IsAbs(file) {
-		return "", fmt.Errorf("dlock/verify: the %s worker is built from verify/'s source, and this binary does not say where it is (%q)", sc.Broken, file)
+	src, err := sourceDir()
+	if err != nil {
+		return "", fmt.Errorf("dlock/verify: the %s worker is built from verify/'s source: %w", sc.Broken, err)
 	}
 	out := filepath.Join(dir, "worker-"+brokenTag)
 	cmd := exec.CommandContext(ctx, "go", "build", "-tags", brokenTag, "-o", out, "./cmd/verify")
-	cmd.Dir = filepath.Dir(file)
+	cmd.Dir = src
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("dlock/verify: building the %s worker in %s: %w\n%s", sc.Broken, cmd.Dir, err, b)
 	}
 	return out, nil
+}
+
+// sourceDir returns verify/'s source directory: where this file was
+// compiled, or the working directory when that holds this file.
+func sourceDir() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if ok && filepath.IsAbs(file) {
+		return filepath.Dir(file), nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(wd, "scenario.go")); err != nil {
+		return "", fmt.Errorf("this binary does not say where it was built (%q), and the working directory %s is not verify/", file, wd)
+	}
+	return wd, nil
 }
 
 // awaitWorkers waits until every worker has exited, or deadline.
