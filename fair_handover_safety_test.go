@@ -179,16 +179,7 @@ func TestFairLeaveAfterHandOverOutlivesOutage(t *testing.T) {
 	wc := newClient(t, rdb)
 	fm := mustFair(t, wc, name)
 	k := fm.kind.(*fairKind)
-	gone := request{owner: wc.newOwner(), lease: 30 * time.Second, wait: true}
-	if res, err := k.attempt(ctx, gone); err != nil || res.acquired {
-		t.Fatalf("queueing %s: %+v, %v", gone.owner, res, err)
-	}
-	sub, err := wc.hub.Subscribe(ctx, k.channel(gone.owner)) // as its Lock's sleep did
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close(false)
-	recv(t, sub.Ready(), 5*time.Second, "the subscription")
+	gone := queuedListener(t, ctx, wc, k)
 	next := mustFair(t, newClient(t, nil), name)
 	_, got := fairWaiter(t, ctx, next, 2)
 	if err := holder.Unlock(held); err != nil {
@@ -333,4 +324,22 @@ func TestFairHandOverNotPublishedUnheard(t *testing.T) {
 	if ok, _ := wc.rdb.HExists(ctx, name, head.owner).Result(); ok {
 		t.Errorf("the lock was handed over to %s, whom nobody on the master listens for", head.owner)
 	}
+}
+
+// queuedListener queues a new owner of wc as a waiter on k's lock, and
+// subscribes to its channel as its Lock's sleep would, without a Lock:
+// a waiter whose Lock the test ends (handle.leave) when it chooses.
+func queuedListener(t *testing.T, ctx context.Context, wc *Client, k *fairKind) request {
+	t.Helper()
+	r := request{owner: wc.newOwner(), lease: 30 * time.Second, wait: true}
+	if res, err := k.attempt(ctx, r); err != nil || res.acquired {
+		t.Fatalf("queueing %s: %+v, %v", r.owner, res, err)
+	}
+	sub, err := wc.hub.Subscribe(ctx, k.channel(r.owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close(false) })
+	recv(t, sub.Ready(), 5*time.Second, "the subscription")
+	return r
 }

@@ -159,16 +159,7 @@ func TestFairLeaveAfterHandOver(t *testing.T) {
 	wc := newClient(t, nil)
 	fm := mustFair(t, wc, name)
 	k := fm.kind.(*fairKind)
-	gone := request{owner: wc.newOwner(), lease: 30 * time.Second, wait: true}
-	if res, err := k.attempt(ctx, gone); err != nil || res.acquired {
-		t.Fatalf("queueing %s: %+v, %v", gone.owner, res, err)
-	}
-	sub, err := wc.hub.Subscribe(ctx, k.channel(gone.owner)) // as its Lock's sleep did
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close(false)
-	recv(t, sub.Ready(), 5*time.Second, "the subscription")
+	gone := queuedListener(t, ctx, wc, k)
 	next := mustFair(t, newClient(t, nil), name)
 	_, got := fairWaiter(t, ctx, next, 2)
 	if err := holder.Unlock(held); err != nil {
