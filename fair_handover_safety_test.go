@@ -133,7 +133,27 @@ func TestFairClusterClassicNoHandOver(t *testing.T) {
 	if ok, err := wc.rdb.HExists(ctx, name, owner).Result(); err != nil || !ok {
 		t.Errorf("the head waiter returned from Lock, but the lock is not its own in Redis (%v, %v)", ok, err)
 	}
+
+	// A waiter whose pub/sub connection is on the lock's own master (its
+	// first subscription is the lock's channel) would be counted, and the
+	// script's NUMSUB keeps the above safe anyway; still, the rule is the
+	// plain wake-up on classic pub/sub: the head attempts after the unlock.
+	rdb := tp.redis(t)
+	attempts := &scriptRuns{s: scripts.FairAcquire}
+	rdb.AddHook(attempts)
+	nc := newClient(t, rdb, WithShardedPubSub(false))
+	next := mustFair(t, nc, name)
+	nextOwner, nextGot := fairWaiter(t, ctx, next, 1)
+	clusterSubscriber(t, cl, nc, next.kind.channel(nextOwner))
+	queued := attempts.n.Load()
 	if err := w.Unlock(l); err != nil {
+		t.Fatal(err)
+	}
+	nl := await(t, nextGot, 10*time.Second, "the next head waiter")
+	if n := attempts.n.Load() - queued; n == 0 {
+		t.Errorf("the head took the lock without an attempt: a release handed it over on classic pub/sub")
+	}
+	if err := next.Unlock(nl); err != nil {
 		t.Fatal(err)
 	}
 }
